@@ -1,0 +1,132 @@
+"""Troupe: a durable, actor-model orchestrator for LLM agent sessions on Ray.
+
+``orchestrator`` is the pure core and the public API. It never imports Ray: ``Runtime`` (from
+``actors``) and ``tool`` / ``ToolContext`` (from ``tools``) are loaded on first use (PEP 562).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase
+from orchestrator.errors import (
+    ConcurrencyConflict,
+    ConfigError,
+    ModelError,
+    ParseError,
+    PartialDuplicateBatch,
+    RunError,
+    StoreError,
+    ToolError,
+    TroupeError,
+    UsageError,
+)
+from orchestrator.parts import (
+    AgentMessage,
+    CompactionPart,
+    DataPart,
+    MessagePart,
+    NestedRun,
+    ReasoningPart,
+    TextPart,
+    ToolPart,
+)
+from orchestrator.reducer import resumable, session_reducer
+from orchestrator.state import SessionError, SessionState
+from orchestrator.stream import (
+    AgentStreamPart,
+    CompactionUpdate,
+    DataUpdate,
+    Failure,
+    Finish,
+    MessageMetadata,
+    MessageStart,
+    Reasoning,
+    StepFinish,
+    TextDelta,
+    ToolCall,
+    ToolFailure,
+    ToolInputDelta,
+    ToolResult,
+)
+from orchestrator.wire import parse_action, parse_message, parse_part, parse_state
+
+if TYPE_CHECKING:
+    from actors.runtime import Runtime
+
+    from tools import ToolContext, tool
+
+__all__ = [
+    "AgentMessage",
+    "AgentStreamPart",
+    "ApplyPart",
+    "CompactionPart",
+    "CompactionUpdate",
+    "ConcurrencyConflict",
+    "ConfigError",
+    "DataPart",
+    "DataUpdate",
+    "Failure",
+    "Finish",
+    "MessageMetadata",
+    "MessagePart",
+    "MessageStart",
+    "ModelError",
+    "NestedRun",
+    "ParseError",
+    "PartialDuplicateBatch",
+    "Reasoning",
+    "ReasoningPart",
+    "Reset",
+    "Retry",
+    "RunError",
+    "Runtime",
+    "Send",
+    "SessionAction",
+    "SessionError",
+    "SessionState",
+    "StepFinish",
+    "Stop",
+    "StoreError",
+    "TextDelta",
+    "TextPart",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolFailure",
+    "ToolInputDelta",
+    "ToolPart",
+    "ToolPhase",
+    "ToolResult",
+    "TroupeError",
+    "UsageError",
+    "parse_action",
+    "parse_message",
+    "parse_part",
+    "parse_state",
+    "resumable",
+    "session_reducer",
+    "tool",
+]
+
+# name -> module that defines it, imported on first access so `import orchestrator` stays light
+# and never imports Ray (the dependency direction of DESIGN.md §1).
+_LAZY = {
+    "Runtime": "actors.runtime",
+    "tool": "tools",
+    "ToolContext": "tools",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

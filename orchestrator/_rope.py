@@ -1,0 +1,92 @@
+"""Append-only text shared between immutable versions, so streaming a long text is linear.
+
+A text part grows by one small delta per stream part. Building ``old + delta`` each time copies the
+whole text, which is quadratic over a long reply. Instead every version of a growing text is a
+``Rope``: a length into a shared, append-only ``_Buffer``. The newest version appends in place
+(amortised O(1)); appending to an older version (a branch) copies once and starts a new buffer.
+Old versions never see later appends because they only read their own length.
+"""
+
+from __future__ import annotations
+
+import threading
+
+_LOCK = threading.Lock()
+
+# Join pending chunks once there are this many and they add at least a quarter of the joined
+# text: the copy cost stays linear overall and small chunks do not pile up in memory.
+_FLATTEN_CHUNKS = 128
+
+
+class _Buffer:
+    __slots__ = ("_chunks", "_flat", "_pending", "_size")
+
+    def __init__(self, text: str) -> None:
+        self._flat = text
+        self._chunks: list[str] = []
+        self._pending = 0  # characters held in _chunks
+        self._size = len(text)
+
+    def _flatten(self) -> None:
+        self._flat = self._flat + "".join(self._chunks)
+        self._chunks.clear()
+        self._pending = 0
+
+    def read(self, size: int) -> str:
+        with _LOCK:
+            if self._chunks and size > len(self._flat):
+                self._flatten()
+            flat = self._flat
+        return flat if size == len(flat) else flat[:size]
+
+    def grow(self, size: int, delta: str) -> _Buffer:
+        """The buffer that holds this buffer's first ``size`` characters followed by ``delta``."""
+        with _LOCK:
+            if size == self._size:
+                self._chunks.append(delta)
+                self._size += len(delta)
+                self._pending += len(delta)
+                if len(self._chunks) >= _FLATTEN_CHUNKS and self._pending * 4 >= len(self._flat):
+                    self._flatten()
+                return self
+        return _Buffer(self.read(size) + delta)
+
+
+class Rope:
+    """An immutable string value with an amortised O(1) ``+ delta`` for the newest version."""
+
+    __slots__ = ("_buf", "_size")
+
+    def __init__(self, text: str = "") -> None:
+        self._buf = _Buffer(text)
+        self._size = len(text)
+
+    def __add__(self, delta: str) -> Rope:
+        if not delta:
+            return self
+        rope: Rope = object.__new__(Rope)
+        rope._buf = self._buf.grow(self._size, delta)
+        rope._size = self._size + len(delta)
+        return rope
+
+    def __str__(self) -> str:
+        return self._buf.read(self._size)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rope):
+            return self._size == other._size and str(self) == str(other)
+        if isinstance(other, str):
+            return self._size == len(other) and str(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __repr__(self) -> str:
+        return f"Rope({str(self)!r})"
+
+    def __reduce__(self) -> tuple[type[Rope], tuple[str]]:
+        return (Rope, (str(self),))

@@ -1,0 +1,76 @@
+"""Properties of the reducer over random action sequences."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator import SessionState, ToolPart, parse_state, resumable, session_reducer
+from orchestrator.actions import SessionAction
+from orchestrator.parts import AgentMessage
+from orchestrator.wire import pack, state_to_wire, unpack
+
+from .strategies import action_lists, actions, with_reset
+
+
+def fold(actions_: Sequence[SessionAction], state: SessionState | None = None) -> SessionState:
+    state = state or SessionState()
+    for action in actions_:
+        state = session_reducer(state, action)
+    return state
+
+
+def all_message_ids(messages: Sequence[AgentMessage]) -> list[list[str]]:
+    """Message ids of every run in the tree, one list per run."""
+    runs = [[m.id for m in messages]]
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolPart) and part.agent is not None:
+                runs.extend(all_message_ids(part.agent.messages))
+    return runs
+
+
+@settings(max_examples=300, deadline=None)
+@given(with_reset)
+def test_never_raises_and_message_ids_stay_unique(actions_: list[SessionAction]) -> None:
+    state = fold(actions_)
+    for ids in all_message_ids(state.messages):
+        assert len(ids) == len(set(ids))
+
+
+@settings(max_examples=300, deadline=None)
+@given(action_lists)
+def test_resumable_is_idempotent(actions_: list[SessionAction]) -> None:
+    messages = fold(actions_).messages
+    once = resumable(messages)
+    assert resumable(once) == once
+
+
+@settings(max_examples=200, deadline=None)
+@given(action_lists, st.lists(actions, max_size=20))
+def test_a_state_round_tripped_through_msgpack_reduces_identically(
+    before: list[SessionAction], after: list[SessionAction]
+) -> None:
+    state = fold(before)
+    copy = parse_state(unpack(pack(state_to_wire(state))))
+    assert copy == state
+    assert state_to_wire(fold(after, copy)) == state_to_wire(fold(after, state))
+
+
+@settings(max_examples=100, deadline=None)
+@given(action_lists)
+def test_a_state_round_tripped_through_pickle_is_equal(actions_: list[SessionAction]) -> None:
+    state = fold(actions_)
+    assert pickle.loads(pickle.dumps(state)) == state
+
+
+@settings(max_examples=200, deadline=None)
+@given(action_lists, actions)
+def test_the_previous_state_is_never_mutated(actions_: list[SessionAction], last: SessionAction) -> None:
+    state = fold(actions_)
+    snapshot = state_to_wire(state)
+    session_reducer(state, last)
+    assert state_to_wire(state) == snapshot

@@ -1,0 +1,116 @@
+"""The event store: the ``EventStore`` port, its backends, and ``open_store(url)``.
+
+```python
+store = open_store("sqlite:///troupe.db")     # relative path; sqlite:////abs/path.db is absolute
+result = await store.append("s-1", [Event(id="e-1", type="note", payload={"text": "hi"})])
+events = await store.read("s-1")              # [Event(..., session_id="s-1", index=1)]
+await store.close()
+```
+
+Built-in URL schemes: ``memory://`` (fresh, in-process), ``memory://NAME`` (shared within the
+process by name) and ``sqlite:///path.db``. ``register_backend(scheme, factory)`` adds one (the
+seam for ``postgresql://``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+
+from orchestrator.errors import UsageError
+from orchestrator.store.base import AppendBatch, AppendResult, EventStore, SessionSummary, Snapshot
+from orchestrator.store.memory import MemoryStore, open_memory_store
+from orchestrator.store.sqlite import SqliteStore
+
+__all__ = [
+    "AppendBatch",
+    "AppendResult",
+    "EventStore",
+    "MemoryStore",
+    "SessionSummary",
+    "Snapshot",
+    "SqliteStore",
+    "open_store",
+    "register_backend",
+]
+
+StoreFactory = Callable[[str], EventStore]
+"""Builds a store from its whole URL (``"postgresql://host/db"``)."""
+
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
+_EXAMPLES = {
+    "memory": "memory:// or memory://NAME",
+    "sqlite": "sqlite:///relative/path.db or sqlite:////absolute/path.db",
+}
+
+
+def _open_sqlite(url: str) -> EventStore:
+    rest = url[len("sqlite://") :]
+    # SQLAlchemy's forms: sqlite:///rel.db -> "rel.db", sqlite:////abs.db -> "/abs.db".
+    if not rest.startswith("/"):
+        raise UsageError(
+            f"{url!r} names a host ({rest.split('/')[0]!r}); a SQLite URL has none: "
+            "use sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    path = rest[1:]
+    if not path or path == ":memory:" or "?" in path:
+        raise UsageError(
+            f"{url!r} is not a SQLite file URL: use sqlite:///relative/path.db or "
+            "sqlite:////absolute/path.db (for an in-process store, use memory://)"
+        )
+    if path.endswith("/"):
+        raise UsageError(f"{url!r} names a directory: add a file name, e.g. {url}troupe.db")
+    return SqliteStore(path, url=url)
+
+
+_backends: dict[str, StoreFactory] = {"memory": open_memory_store, "sqlite": _open_sqlite}
+_lock = threading.Lock()
+
+
+def register_backend(scheme: str, factory: StoreFactory, *, replace: bool = False) -> None:
+    """Make ``open_store`` handle URLs of ``scheme`` (for example ``"postgresql"``).
+
+    Args:
+        scheme: the URL scheme, lowercase, without ``://``.
+        factory: called with the whole URL; returns the store.
+        replace: allow replacing an existing backend (the built-ins included).
+
+    Raises:
+        UsageError: the scheme is malformed, or already registered and ``replace`` is false.
+    """
+    if not isinstance(scheme, str) or not _SCHEME.fullmatch(scheme):
+        raise UsageError(
+            f"store scheme {scheme!r} is not a URL scheme: pass it lowercase without '://', like 'postgresql'"
+        )
+    if not callable(factory):
+        raise UsageError(f"the factory for {scheme!r} must be callable (url -> EventStore)")
+    with _lock:
+        if scheme in _backends and not replace:
+            raise UsageError(f"a store backend for {scheme!r} is already registered: pass replace=True to override it")
+        _backends[scheme] = factory
+
+
+def open_store(url: str) -> EventStore:
+    """Open the event store a URL names.
+
+    Opening is cheap and never blocks on I/O: the SQLite backend opens its file on its own
+    thread, so a path it cannot open surfaces as a ``StoreError`` from the first call.
+
+    Raises:
+        UsageError: the URL is malformed or its scheme has no backend; the message lists the
+            supported forms.
+    """
+    if not isinstance(url, str):
+        raise UsageError(f"a store URL must be a string, got {type(url).__name__}")
+    scheme, sep, _ = url.partition("://")
+    with _lock:
+        factory = _backends.get(scheme.lower()) if sep else None
+        supported = [_EXAMPLES.get(name, f"{name}://...") for name in sorted(_backends)]
+    if factory is None:
+        problem = f"unknown store scheme {scheme!r}" if sep else "it has no scheme"
+        raise UsageError(
+            f"cannot open store URL {url!r}: {problem}. Supported: {'; '.join(supported)}. "
+            "Fix the URL, or add a backend with orchestrator.store.register_backend(scheme, factory)"
+        )
+    return factory(url)

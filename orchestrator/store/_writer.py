@@ -1,0 +1,223 @@
+"""Group commit: one thread owns the write connection and commits queued work together.
+
+A commit costs far more than the rows it carries (a WAL frame flush, lock handling, a
+checkpoint now and then), so a store that committed each append separately would spend most
+of its time committing when a hundred sessions stream at once. Instead every write is a *job*
+on a queue; the writer thread takes everything queued, runs it in one ``BEGIN IMMEDIATE``
+transaction, each job inside its own SAVEPOINT (a job that fails is rolled back alone), commits,
+and only then resolves each caller's future, on the caller's own event loop. Callers never wait
+on a lock, and the loop never blocks on SQLite.
+
+``BEGIN IMMEDIATE`` takes SQLite's write lock up front, so writers in other processes (actors
+sharing the file) queue on ``busy_timeout`` at the start of a transaction, instead of failing
+with "database is locked" when a read transaction tries to become a write one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from orchestrator.errors import StoreError, TroupeError
+
+__all__ = ["GroupCommitWriter"]
+
+T = TypeVar("T")
+
+_MAX_GROUP: Final = 4096
+"""Most jobs in one transaction: bounds a transaction's size and the latency of its first job."""
+
+
+@dataclass(slots=True)
+class _Job:
+    work: Callable[[sqlite3.Connection], Any]
+    """Runs on the writer thread, inside the group's transaction and the job's savepoint."""
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+
+class GroupCommitWriter:
+    """The write thread of one store object.
+
+    ``submit`` may be called from any event loop in any thread. Work queued before ``stop`` is
+    completed; anything after it fails with ``StoreError``.
+    """
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], *, name: str, describe: str) -> None:
+        """Start the thread; it opens its connection with ``connect`` before taking work.
+
+        Args:
+            connect: opens the write connection (and creates the schema); runs on the thread.
+            name: the thread's name.
+            describe: the store, for error messages (its URL).
+        """
+        self._connect = connect
+        self._describe = describe
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._ready = threading.Event()
+        self._failure: StoreError | None = None
+        self.commits = 0
+        """Transactions committed so far (a diagnostic: group commit keeps it far below appends)."""
+        # A daemon thread: a store that is never closed must not keep the interpreter alive. A
+        # transaction cut off at exit is rolled back, like a crash; nothing acknowledged is lost.
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, work: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
+        """Queue ``work`` for the next transaction; the future resolves after its commit."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        with self._lock:
+            # Checked under the lock that stop() takes, so no job can land behind the sentinel.
+            if self._stopping:
+                raise self.closed_error()
+            if self._failure is not None:
+                raise StoreError(self._failure.message)
+            self._queue.put(_Job(work, loop, future))
+        return future
+
+    def wait_ready(self) -> None:
+        """Block until the connection is open and the schema exists (for reader threads)."""
+        self._ready.wait()
+        if self._failure is not None:
+            raise StoreError(self._failure.message)
+
+    def stop(self) -> None:
+        """Refuse new work and let the thread finish what is queued. Does not wait."""
+        with self._lock:
+            if not self._stopping:
+                self._stopping = True
+                self._queue.put(None)
+
+    def join(self) -> None:
+        """Wait for the thread to finish (blocking: call it from a worker thread)."""
+        self._thread.join()
+
+    def closed_error(self) -> StoreError:
+        """The error for use after ``close``."""
+        return StoreError(f"the store {self._describe} is closed: open it again with open_store({self._describe!r})")
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect()
+        except (sqlite3.Error, OSError, StoreError) as error:
+            detail = error.message if isinstance(error, StoreError) else str(error)
+            self._failure = StoreError(
+                f"cannot open the store {self._describe}: {detail}; check that the path is a writable file location"
+            )
+            self._ready.set()
+            self._fail_until_stopped()
+            return
+        self._ready.set()
+        try:
+            stopping = False
+            while not stopping:
+                jobs, stopping = self._take_group()
+                try:
+                    self._commit_group(conn, jobs)
+                except Exception as error:  # never let the thread die: later callers would hang
+                    if conn.in_transaction:
+                        conn.rollback()
+                    self._fail_all(jobs, f"the write failed unexpectedly ({error!r})")
+                # A finished job's work refers to its store: holding it while blocked on the queue
+                # would keep a dropped store (and so this thread) alive.
+                del jobs
+        finally:
+            conn.close()
+
+    def _take_group(self) -> tuple[list[_Job], bool]:
+        """Block for the next job, then take everything else queued; and whether to stop."""
+        first = self._queue.get()
+        if first is None:
+            return [], True
+        jobs = [first]
+        # Everything that queued while the last transaction ran goes into this one.
+        while len(jobs) < _MAX_GROUP:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return jobs, True
+            jobs.append(job)
+        return jobs, False
+
+    def _commit_group(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
+        if not jobs:
+            return
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            self._fail_all(
+                jobs,
+                f"could not start a write transaction ({error}); another process may hold the "
+                "write lock for longer than busy_timeout",
+            )
+            return
+        try:
+            for job in jobs:
+                conn.execute("SAVEPOINT job")
+                try:
+                    value = job.work(conn)
+                except (TroupeError, sqlite3.Error) as error:
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    outcomes.append((False, _as_store_error(error)))
+                except Exception as error:  # a bug in the work itself: report it, keep writing
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    outcomes.append((False, error))
+                else:
+                    conn.execute("RELEASE job")
+                    outcomes.append((True, value))
+            conn.execute("COMMIT")
+        except sqlite3.Error as error:
+            # An I/O error, a full disk, or an error that made SQLite roll back on its own: none of
+            # the group is durable, so none of it may be acknowledged.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            self._fail_all(jobs, f"the write transaction failed and was rolled back ({error})")
+            return
+        self.commits += 1
+        for job, (ok, value) in zip(jobs, outcomes, strict=True):
+            _settle(job, ok, value)
+
+    def _fail_all(self, jobs: list[_Job], reason: str) -> None:
+        for job in jobs:
+            _settle(job, False, StoreError(f"{self._describe}: {reason}; nothing was written"))
+
+    def _fail_until_stopped(self) -> None:
+        assert self._failure is not None
+        while (job := self._queue.get()) is not None:
+            _settle(job, False, StoreError(self._failure.message))
+
+
+def _as_store_error(error: TroupeError | sqlite3.Error) -> TroupeError:
+    if isinstance(error, TroupeError):
+        return error
+    return StoreError(f"SQLite refused the write: {error}")
+
+
+def _settle(job: _Job, ok: bool, value: Any) -> None:
+    """Resolve a job's future on its own loop (futures are not thread-safe)."""
+
+    def settle() -> None:
+        if job.future.done():  # the caller was cancelled; the write stands regardless
+            return
+        if ok:
+            job.future.set_result(value)
+        else:
+            job.future.set_exception(value)
+
+    try:
+        job.loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # that loop is closed: nobody is waiting for the answer
+        pass

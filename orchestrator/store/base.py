@@ -1,0 +1,138 @@
+"""The ``EventStore`` port: every session's append-only log, plus a snapshot cache.
+
+Every backend (``memory://``, ``sqlite:///…``, later ``postgresql://…``) gives the guarantees
+below, and ``tests/contract`` checks each of them against each backend:
+
+- **Atomic batches.** All of a batch's events are written, or none.
+- **Indexes.** A session's first event has index 1; an empty log is at 0. A batch of ``k``
+  events appended at index ``n`` gets ``n+1 … n+k``.
+- **Optimistic concurrency.** With ``expected_index`` set, the batch is written only if the log
+  is at exactly that index; otherwise ``ConcurrencyConflict`` and nothing is written.
+- **Idempotent by event id.** Ids are unique across the whole store. Re-appending a batch whose
+  every event is already stored (same id, type, payload and session, consecutive and in order)
+  writes nothing and returns the original ``AppendResult`` with ``duplicate=True``; this is
+  checked *before* ``expected_index``, so a retry after a lost acknowledgement succeeds. Reusing
+  an id for anything else raises ``PartialDuplicateBatch``.
+- **Payloads round-trip** as JSON values (msgpack at the storage boundary).
+
+Snapshots are a cache keyed by (session, reducer name): the store keeps their bytes and never
+interprets them; any of them may be deleted and rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from orchestrator.errors import StoreError
+from orchestrator.events import AppendResult, Event
+
+__all__ = ["AppendBatch", "AppendResult", "EventStore", "SessionSummary", "Snapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendBatch:
+    """One atomic batch for ``EventStore.append_many``."""
+
+    session_id: str
+    """The session whose log the events join."""
+    events: Sequence[Event]
+    """The events, in order. Their ``session_id`` and ``index`` are ignored: the store sets them."""
+    expected_index: int | None = None
+    """``None``: no concurrency check; otherwise the log must be at exactly this index."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A cached fold of a session's log through ``index``."""
+
+    index: int
+    """The log index the snapshot reflects."""
+    data: bytes
+    """The reducer's encoded state; opaque to the store."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSummary:
+    """One row of ``EventStore.list_sessions``."""
+
+    session_id: str
+    """The session."""
+    last_index: int
+    """The index of its last event."""
+    created_at: float
+    """When its first event was appended (seconds since the epoch, the store's clock)."""
+    updated_at: float
+    """When its last event was appended (the store's clock)."""
+
+
+@runtime_checkable
+class EventStore(Protocol):
+    """Durable, append-only session logs. All methods are coroutines; none blocks the loop.
+
+    A closed store raises ``StoreError`` from every method except ``close``.
+    """
+
+    @property
+    def url(self) -> str:
+        """The URL that ``open_store`` opens this store with."""
+        ...
+
+    async def append(self, session_id: str, events: Sequence[Event], expected_index: int | None = None) -> AppendResult:
+        """Append one atomic batch to a session's log.
+
+        Returns:
+            The indexes the batch got; ``duplicate=True`` (and the original indexes) when the
+            identical batch was already stored.
+
+        Raises:
+            ConcurrencyConflict: ``expected_index`` is set and the log is elsewhere.
+            PartialDuplicateBatch: an event id is reused with other content, type or session,
+                only part of the batch is already stored, or the batch holds an id twice.
+            UsageError: invalid input (empty batch, empty session id, non-JSON payload, …).
+        """
+        ...
+
+    async def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult | StoreError]:
+        """Append several independent batches, each atomic on its own, in order.
+
+        A batch that conflicts or is a partial duplicate fails alone: its slot in the result holds
+        the error and the other batches are still written. Later batches see earlier ones (two
+        batches for one session apply in order). Invalid input in any batch raises
+        ``UsageError`` before anything is written.
+        """
+        ...
+
+    async def read(self, session_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """The session's events with ``index > after``, ascending, ``session_id``/``index`` set."""
+        ...
+
+    async def last_index(self, session_id: str) -> int:
+        """The index of the session's last event; 0 for an empty or unknown session."""
+        ...
+
+    async def list_sessions(
+        self, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[SessionSummary]:
+        """Sessions ordered by id (code point order), optionally under ``prefix``.
+
+        ``after`` is a keyset cursor: pass the last ``session_id`` of the previous page.
+        """
+        ...
+
+    async def save_snapshot(self, session_id: str, reducer: str, index: int, data: bytes) -> None:
+        """Store (or replace) the snapshot of ``reducer`` for the session."""
+        ...
+
+    async def load_snapshot(self, session_id: str, reducer: str) -> Snapshot | None:
+        """The stored snapshot, or ``None`` when there is none."""
+        ...
+
+    async def delete_snapshot(self, session_id: str, reducer: str) -> None:
+        """Forget a snapshot (a no-op when there is none)."""
+        ...
+
+    async def close(self) -> None:
+        """Finish pending writes and release resources. Calling it again does nothing."""
+        ...

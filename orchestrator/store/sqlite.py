@@ -1,0 +1,389 @@
+"""``sqlite:///path.db``: the embedded, durable event store (the default backend).
+
+Writes go through one ``GroupCommitWriter`` per store object (see ``_writer``): concurrent
+appends from many coroutines share a transaction, each batch inside its own savepoint. Reads
+run on a small pool of reader threads, each with its own connection; WAL mode lets them read
+while a write transaction is open, and lets other processes (Ray actors on the same machine,
+the CLI) open the same file and read or write concurrently. Nothing here blocks the event loop.
+
+The file layout is described in ``_sqlite_schema``; payloads are msgpack, deflated when large
+(``_codec``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, TypeVar
+
+from orchestrator.errors import StoreError
+from orchestrator.events import AppendResult, Event
+from orchestrator.store._codec import compress, decode
+from orchestrator.store._rules import StoredEvent, conflict, replay_result
+from orchestrator.store._sqlite_schema import connect_reader, connect_writer
+from orchestrator.store._validate import (
+    PreparedBatch,
+    check_after,
+    check_id,
+    check_limit,
+    check_listing,
+    check_snapshot,
+    prepare_all,
+    prepare_batch,
+)
+from orchestrator.store._writer import GroupCommitWriter
+from orchestrator.store.base import AppendBatch, SessionSummary, Snapshot
+
+__all__ = ["SqliteStore"]
+
+T = TypeVar("T")
+_Row = tuple[int, int, str, str, float, bytes]
+
+_INSERT_EVENT: Final = "INSERT INTO events (sid, idx, event_id, type, at, payload) VALUES (?, ?, ?, ?, ?, ?)"
+_SELECT_EVENTS: Final = (
+    "SELECT idx, event_id, type, at, payload FROM events "
+    "WHERE sid = (SELECT sid FROM sessions WHERE session_id = ?) AND idx > ? ORDER BY idx LIMIT ?"
+)
+_UPSERT_SNAPSHOT: Final = (
+    "INSERT INTO snapshots (session_id, reducer, idx, data) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (session_id, reducer) DO UPDATE SET idx = excluded.idx, data = excluded.data"
+)
+_IDS_PER_QUERY: Final = 500
+"""Ids per ``IN (…)`` lookup: far under SQLite's bound-parameter limit."""
+
+
+class SqliteStore:
+    """An ``EventStore`` in one SQLite file.
+
+    Create it anywhere (it only starts a thread); use it from any running event loop. The
+    database is opened, and its schema created, on the writer thread: a path that cannot be
+    opened surfaces as a ``StoreError`` from the first call.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        url: str | None = None,
+        busy_timeout: float = 30.0,
+        readers: int = 4,
+        clock: Callable[[], float] = time.time,
+        _after_row: Callable[[int], None] | None = None,
+    ) -> None:
+        """Open (or create) the store at ``path``; missing parent directories are created.
+
+        Args:
+            path: the database file.
+            url: what ``url`` reports (``open_store`` passes the URL it was given).
+            busy_timeout: seconds to wait for another process's write lock before failing.
+                Generous: several actor processes commit to one file, each holding the lock
+                only for one short group transaction.
+            readers: reader threads (and connections).
+            clock: the time source for session ``created_at``/``updated_at``.
+            _after_row: test-only hook called on the writer thread after each event row is
+                inserted, with the number of rows this store object has inserted so far; the
+                crash tests use it to kill the process in the middle of a batch.
+        """
+        self._path = os.path.abspath(os.fspath(path))
+        self._url = url if url is not None else f"sqlite:///{os.fspath(path)}"
+        self._busy_timeout = busy_timeout
+        self._clock = clock
+        self._after_row = _after_row
+        self._rows_inserted = 0
+        self._closed = False
+        # The writer must not hold the store (a bound method would): then a store dropped without
+        # close() can be collected, and its finalizer stops the writer thread.
+        self._writer = GroupCommitWriter(
+            functools.partial(_open_writer, self._path, busy_timeout),
+            name="troupe-sqlite-writer",
+            describe=self._url,
+        )
+        self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="troupe-sqlite-read")
+        self._idle: list[sqlite3.Connection] = []
+        self._connections: list[sqlite3.Connection] = []
+        self._connections_lock = threading.Lock()
+        # A store dropped without close() still stops its writer thread.
+        weakref.finalize(self, self._writer.stop)
+
+    @property
+    def url(self) -> str:
+        """The URL this store was opened with."""
+        return self._url
+
+    @property
+    def path(self) -> str:
+        """The database file (absolute)."""
+        return self._path
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed by this store object (far fewer than appends)."""
+        return self._writer.commits
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def append(self, session_id: str, events: Sequence[Event], expected_index: int | None = None) -> AppendResult:
+        """Append one atomic batch (see ``EventStore.append``); returns after it is committed.
+
+        Cancelling the call does not withdraw a batch that was already queued; re-appending it
+        is safe (an identical batch replays its result).
+        """
+        batch = prepare_batch(session_id, events, expected_index)
+        self._check_open()
+        result = (await self._writer.submit(lambda conn: self._write(conn, [batch])))[0]
+        if isinstance(result, StoreError):
+            raise result
+        return result
+
+    async def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult | StoreError]:
+        """Append independent atomic batches in order, in one transaction with a savepoint each."""
+        prepared = prepare_all(batches)
+        self._check_open()
+        if not prepared:
+            return []
+        return await self._writer.submit(lambda conn: self._write(conn, prepared))
+
+    async def save_snapshot(self, session_id: str, reducer: str, index: int, data: bytes) -> None:
+        """Store or replace the (session, reducer) snapshot."""
+        blob = check_snapshot(session_id, reducer, index, data)
+        self._check_open()
+
+        def upsert(conn: sqlite3.Connection) -> None:
+            conn.execute(_UPSERT_SNAPSHOT, (session_id, reducer, index, blob))
+
+        await self._writer.submit(upsert)
+
+    async def delete_snapshot(self, session_id: str, reducer: str) -> None:
+        """Forget the (session, reducer) snapshot, if any."""
+        check_id(session_id, "session id")
+        check_id(reducer, "reducer name")
+        self._check_open()
+
+        def delete(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM snapshots WHERE session_id = ? AND reducer = ?", (session_id, reducer))
+
+        await self._writer.submit(delete)
+
+    def _write(
+        self, conn: sqlite3.Connection, batches: list[PreparedBatch | StoreError]
+    ) -> list[AppendResult | StoreError]:
+        """Writer thread: each batch in its own savepoint, so a refused one leaves no trace."""
+        results: list[AppendResult | StoreError] = []
+        now = self._clock()
+        for batch in batches:
+            if isinstance(batch, StoreError):  # refused before it reached storage
+                results.append(batch)
+                continue
+            conn.execute("SAVEPOINT batch")
+            try:
+                results.append(self._write_batch(conn, batch, now))
+            except StoreError as error:
+                conn.execute("ROLLBACK TO batch")
+                results.append(error)
+            conn.execute("RELEASE batch")
+        return results
+
+    def _write_batch(self, conn: sqlite3.Connection, batch: PreparedBatch, now: float) -> AppendResult:
+        sid_text = batch.session_id
+        row = conn.execute("SELECT sid, last_index FROM sessions WHERE session_id = ?", (sid_text,)).fetchone()
+        sid, last = (None, 0) if row is None else (int(row[0]), int(row[1]))
+        if batch.expected_index is not None and batch.expected_index != last:
+            # A retried batch carries a stale expected_index: a replay is checked first.
+            replay = replay_result(batch, _stored(conn, batch))
+            if replay is not None:
+                return replay
+            raise conflict(sid_text, batch.expected_index, last)
+        if sid is None:
+            cursor = conn.execute(
+                "INSERT INTO sessions (session_id, last_index, created_at, updated_at) VALUES (?, 0, ?, ?)",
+                (sid_text, now, now),
+            )
+            assert cursor.lastrowid is not None
+            sid = cursor.lastrowid
+        # The common case is a new batch: insert optimistically and let the unique index on
+        # event_id detect reuse, rather than looking every id up first.
+        try:
+            conn.executemany(_INSERT_EVENT, self._event_rows(sid, last, batch))
+        except sqlite3.IntegrityError:
+            conn.execute("ROLLBACK TO batch")  # drop the rows inserted before the clash
+            replay = replay_result(batch, _stored(conn, batch))
+            if replay is not None:
+                return replay
+            raise StoreError(
+                f"the log of session {sid_text!r} is inconsistent (index {last + 1} is taken); "
+                "the database file may have been edited by hand"
+            ) from None
+        conn.execute(
+            "UPDATE sessions SET last_index = ?, updated_at = ? WHERE sid = ?",
+            (last + len(batch.events), now, sid),
+        )
+        return AppendResult(sid_text, last + 1, last + len(batch.events))
+
+    def _event_rows(self, sid: int, last: int, batch: PreparedBatch) -> Iterator[_Row]:
+        """The batch's rows for ``executemany``; ``_after_row`` runs as each row is inserted.
+
+        Deflating here, on the writer thread, overlaps with the callers' work: zlib releases
+        the GIL.
+        """
+        hook = self._after_row
+        for offset, event in enumerate(batch.events, start=1):
+            yield (sid, last + offset, event.id, event.type, event.at, compress(event.blob))
+            # executemany asks for the next row only after it has inserted this one.
+            self._rows_inserted += 1
+            if hook is not None:
+                hook(self._rows_inserted)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def read(self, session_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
+        """The session's events after ``after``, ascending (see ``EventStore.read``)."""
+        sid = check_id(session_id, "session id")
+        start = check_after(after)
+        count = check_limit(limit)
+
+        def select(conn: sqlite3.Connection) -> list[Event]:
+            rows = conn.execute(_SELECT_EVENTS, (sid, start, -1 if count is None else count)).fetchall()
+            return [Event(event_id, kind, decode(blob), at, sid, idx) for idx, event_id, kind, at, blob in rows]
+
+        return await self._read(select)
+
+    async def last_index(self, session_id: str) -> int:
+        """The session's last index; 0 when it has no events."""
+        sid = check_id(session_id, "session id")
+
+        def select(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT last_index FROM sessions WHERE session_id = ?", (sid,)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return await self._read(select)
+
+    async def list_sessions(
+        self, prefix: str | None = None, after: str | None = None, limit: int = 100
+    ) -> list[SessionSummary]:
+        """Sessions in id order, under ``prefix``, after the cursor ``after``."""
+        check_listing(prefix, after, limit)
+        where: list[str] = []
+        params: list[object] = []
+        if prefix:
+            # A range on the unique index, not LIKE: LIKE is case-insensitive, treats % and _ as
+            # wildcards, and cannot use the index. TEXT compares as UTF-8 bytes, which orders
+            # like Python's code point order.
+            where.append("session_id >= ?")
+            params.append(prefix)
+            upper = _prefix_end(prefix)
+            if upper is not None:
+                where.append("session_id < ?")
+                params.append(upper)
+        if after is not None:
+            where.append("session_id > ?")
+            params.append(after)
+        sql = "SELECT session_id, last_index, created_at, updated_at FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY session_id LIMIT ?"
+        params.append(limit)
+
+        def select(conn: sqlite3.Connection) -> list[SessionSummary]:
+            return [SessionSummary(*row) for row in conn.execute(sql, params).fetchall()]
+
+        return await self._read(select)
+
+    async def load_snapshot(self, session_id: str, reducer: str) -> Snapshot | None:
+        """The (session, reducer) snapshot, or ``None``."""
+        check_id(session_id, "session id")
+        check_id(reducer, "reducer name")
+
+        def select(conn: sqlite3.Connection) -> Snapshot | None:
+            row = conn.execute(
+                "SELECT idx, data FROM snapshots WHERE session_id = ? AND reducer = ?", (session_id, reducer)
+            ).fetchone()
+            return None if row is None else Snapshot(int(row[0]), bytes(row[1]))
+
+        return await self._read(select)
+
+    async def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._readers, self._run_read, query)
+        except RuntimeError as error:  # the pool was shut down: close() raced this call
+            raise self._writer.closed_error() from error
+
+    def _run_read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        """Reader thread: borrow an idle connection (or open one), run the query, return it."""
+        self._writer.wait_ready()
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = connect_reader(self._path, busy_timeout=self._busy_timeout)
+            with self._connections_lock:
+                self._connections.append(conn)
+        try:
+            return query(conn)
+        except sqlite3.Error as error:
+            raise StoreError(f"reading {self._url} failed: {error}") from error
+        finally:
+            self._idle.append(conn)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Finish queued writes, stop the writer and reader threads, and close the file.
+
+        Later calls raise ``StoreError``. Calling ``close`` again waits for the same shutdown.
+        """
+        self._closed = True
+        self._writer.stop()
+        await asyncio.to_thread(self._shutdown)
+
+    def _shutdown(self) -> None:
+        self._writer.join()
+        self._readers.shutdown(wait=True)
+        with self._connections_lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+            self._idle.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise self._writer.closed_error()
+
+
+def _open_writer(path: str, busy_timeout: float) -> sqlite3.Connection:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    return connect_writer(path, busy_timeout=busy_timeout)
+
+
+def _stored(conn: sqlite3.Connection, batch: PreparedBatch) -> dict[str, StoredEvent]:
+    """The stored events that share an id with the batch (few: only on the retry path)."""
+    ids = [event.id for event in batch.events]
+    found: dict[str, StoredEvent] = {}
+    for start in range(0, len(ids), _IDS_PER_QUERY):
+        chunk = ids[start : start + _IDS_PER_QUERY]
+        rows = conn.execute(
+            "SELECT e.event_id, s.session_id, e.idx, e.type, e.payload FROM events AS e "
+            f"JOIN sessions AS s ON s.sid = e.sid WHERE e.event_id IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ).fetchall()
+        for event_id, session_id, idx, kind, blob in rows:
+            found[event_id] = StoredEvent(session_id, idx, kind, blob)
+    return found
+
+
+def _prefix_end(prefix: str) -> str | None:
+    """The least string greater than every string that starts with ``prefix`` (None: no bound)."""
+    stripped = prefix.rstrip("\U0010ffff")
+    if not stripped:
+        return None
+    following = ord(stripped[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates cannot be stored; skip to the next scalar value
+        following = 0xE000
+    return stripped[:-1] + chr(following)

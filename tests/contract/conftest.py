@@ -1,0 +1,41 @@
+"""Every contract test runs against every store backend (the way eventsourcing runs one suite).
+
+``store_url`` names a fresh store per test: a uniquely named ``memory://`` store, and a SQLite
+file in the test's temporary directory. Reopening the same URL gives the same data for both
+(the memory store keeps a name's data for the life of the process), so durability tests are
+backend-neutral too.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.store import EventStore, SqliteStore, open_store
+
+_names = itertools.count()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "memory":
+        return f"memory://contract-{next(_names)}"
+    return f"sqlite:///{tmp_path}/s.db"
+
+
+@pytest.fixture
+async def store(store_url: str) -> AsyncIterator[EventStore]:
+    opened = open_store(store_url)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    """For the few tests of what only the SQLite backend has (group commit, several writers)."""
+    opened = SqliteStore(tmp_path / "only.db")
+    yield opened
+    await opened.close()

@@ -1,0 +1,148 @@
+"""``SessionLog``: one session's durable log and its fold, kept in step.
+
+Every change goes through ``append``: the events are written (one atomic batch, at the index the
+fold reflects) and only then folded. So the in-memory state is always the fold of what is
+durable, and a process that dies loses nothing that was acknowledged. ``state()`` answers with
+the state and the index it reflects; ``state_at`` folds any reducer to any point of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+from orchestrator.actions import SessionAction
+from orchestrator.aistate import AIState
+from orchestrator.contract import Contract, Reducer
+from orchestrator.errors import UsageError
+from orchestrator.events import RESERVED_ID_PREFIX, AppendResult, Event
+from orchestrator.fold import evolve, fold_events, initial_state
+from orchestrator.snapshot import decode_state, encode_state, snapshot_key
+from orchestrator.store.base import EventStore
+
+__all__ = ["Applied", "SessionLog", "Snapshot"]
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A state and the log index it reflects (what ``session.state()`` returns)."""
+
+    state: AIState
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """One appended event and the session actions folding it applied to the conversation."""
+
+    event: Event
+    actions: list[SessionAction]
+
+
+class SessionLog:
+    """A session's log and fold. Not safe for concurrent appends: its owner serializes them."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        session_id: str,
+        contract: Contract | None = None,
+        *,
+        snapshot_every: int = 256,
+    ) -> None:
+        if not session_id:
+            raise UsageError("a session needs a non-empty id")
+        self.store = store
+        self.session_id = session_id
+        self.contract = contract
+        self.snapshot_every = snapshot_every
+        self.state: AIState = initial_state(contract)
+        self.index = 0
+        self._snapshot_index = 0
+
+    @classmethod
+    async def open(
+        cls, store: EventStore, session_id: str, contract: Contract | None = None, **options: Any
+    ) -> SessionLog:
+        """Load the session: the newest valid snapshot, then every event after it."""
+        log = cls(store, session_id, contract, **options)
+        await log.refresh()
+        return log
+
+    async def refresh(self) -> None:
+        """Re-read the log (after another writer appended, or a ``ConcurrencyConflict``)."""
+        key = snapshot_key(self.contract)
+        snap = await self.store.load_snapshot(self.session_id, key)
+        state, index = initial_state(self.contract), 0
+        if snap is not None:
+            decoded = decode_state(snap.data)
+            last = await self.store.last_index(self.session_id)
+            if decoded is not None and snap.index <= last:  # a snapshot past the log is stale
+                state, index = decoded, snap.index
+        events = await self.store.read(self.session_id, after=index)
+        self.state = fold_events(events, state, self.contract)
+        self.index = events[-1].index if events else index
+        self._snapshot_index = index
+
+    def snapshot(self) -> Snapshot:
+        """The current state and the index it reflects."""
+        return Snapshot(self.state, self.index)
+
+    def _stamp(self, events: Sequence[Event], now: float) -> list[Event]:
+        stamped = []
+        for offset, event in enumerate(events, start=1):
+            event_id = event.id or f"{RESERVED_ID_PREFIX}{self.session_id}#{self.index + offset}"
+            stamped.append(replace(event, id=event_id, at=event.at or now, session_id=self.session_id))
+        return stamped
+
+    async def append(self, events: Sequence[Event], *, now: float = 0.0) -> tuple[AppendResult, list[Applied]]:
+        """Write ``events`` as one batch at the current index, then fold them.
+
+        Server events without an id get ``troupe:<session>#<index>``, so retrying the same batch
+        replays it. An identical re-append of events already folded returns the original result
+        with ``duplicate=True`` and folds nothing again.
+
+        Raises:
+            ConcurrencyConflict: another writer appended; call ``refresh`` and decide again.
+            PartialDuplicateBatch: an id was reused with other content.
+        """
+        stamped = self._stamp(events, now)
+        result = await self.store.append(self.session_id, stamped, expected_index=self.index)
+        if result.duplicate:
+            if result.last_index > self.index:  # written by an earlier attempt we never saw confirmed
+                await self.refresh()
+            return result, []
+        applied = []
+        state = self.state
+        for offset, event in enumerate(stamped):
+            event = replace(event, index=result.first_index + offset)
+            state, actions = evolve(state, event, self.contract)
+            applied.append(Applied(event, actions))
+        self.state = state
+        self.index = result.last_index
+        if self.index - self._snapshot_index >= self.snapshot_every:
+            await self.save_snapshot()
+        return result, applied
+
+    async def save_snapshot(self) -> None:
+        """Cache the current fold (skipped silently when the app state is not JSON-like)."""
+        try:
+            data = encode_state(self.state)
+        except (TypeError, ValueError):
+            return
+        await self.store.save_snapshot(self.session_id, snapshot_key(self.contract), self.index, data)
+        self._snapshot_index = self.index
+
+    async def state_at(self, reducer: Reducer[S] | None = None, *, through: int | None = None) -> tuple[Any, int]:
+        """Fold ``reducer`` (default: the session fold) over the log through ``through``."""
+        if reducer is None and (through is None or through >= self.index):
+            return self.state, self.index
+        limit = None if through is None else max(through, 0)
+        events = await self.store.read(self.session_id, after=0, limit=limit)
+        index = events[-1].index if events else 0
+        if reducer is None:
+            return fold_events(events, None, self.contract), index
+        return reducer.replay(events), index

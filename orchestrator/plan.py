@@ -18,6 +18,7 @@ from typing import TypeAlias
 from orchestrator import builtin as ai
 from orchestrator.aistate import ActiveTurn, AIState, InboxItem, ToolRecord
 from orchestrator.events import RESERVED_ID_PREFIX, Event
+from orchestrator.reducer import resumable
 
 __all__ = ["Append", "Effect", "Limits", "RunStep", "RunTool", "next_effect", "response_message_id", "step_id"]
 
@@ -82,11 +83,17 @@ def _event(kind: str, **payload: object) -> Event:
 
 def _start_turn(state: AIState, items: list[InboxItem], *, retry: bool = False) -> Event:
     turn_id = f"t{state.turns + 1}"
+    message_id = response_message_id(turn_id)
+    if retry:
+        # A retry continues the reply it resumes (one assistant message per answer).
+        kept = resumable(state.messages)
+        if kept and kept[-1].role == "assistant":
+            message_id = kept[-1].id
     return _event(
         ai.TURN_STARTED,
         turnId=turn_id,
         inputIds=[i.id for i in items],
-        messageId=response_message_id(turn_id),
+        messageId=message_id,
         retry=retry,
     )
 

@@ -1,0 +1,104 @@
+"""The model port: a request in, an async stream of stream parts out.
+
+A ``ModelAdapter`` runs exactly one model step. It yields content parts (``TextDelta``,
+``Reasoning``, ``ToolInputDelta``, ``ToolCall``) without message ids (the loop addresses them to
+the turn's assistant message) and ends with one ``StepFinish`` carrying the usage and the finish
+reason. It reports failure by raising ``ModelError`` (with a ``SessionError`` code when one
+applies) and stops promptly when its ``CancelSignal`` fires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from orchestrator._json import JsonObject, JsonValue
+from orchestrator.parts import AgentMessage
+from orchestrator.stream import AgentStreamPart
+
+__all__ = ["CancelSignal", "ModelAdapter", "ModelRequest", "ToolSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the model is told about a tool."""
+
+    name: str
+    """The tool's name (``delegate_to_<agent>`` for a sub-agent)."""
+    description: str
+    """What it does, for the model."""
+    parameters: JsonObject = field(default_factory=lambda: {"type": "object", "properties": {}})
+    """The JSON schema of its input."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One model step's request.
+
+    The position fields come from the log, so a step replayed after a crash carries the same
+    values as the original (the scripted model relies on that).
+    """
+
+    messages: Sequence[AgentMessage]
+    """The prompt: the conversation (compacted: a summary message replaces what it covers)."""
+    tools: Sequence[ToolSpec] = ()
+    """The tools the model may call in this step."""
+    instructions: str | None = None
+    """The system instructions."""
+    settings: Mapping[str, JsonValue] = field(default_factory=dict)
+    """Provider settings (``temperature``, ``max_tokens``, ...)."""
+    session_id: str = ""
+    """The session this step belongs to."""
+    turn_index: int = 0
+    """How many turns the session started before this one."""
+    step_index: int = 0
+    """How many model steps this turn has completed."""
+    session_step_index: int = 0
+    """How many model steps the whole session has completed."""
+    purpose: str = "generate"
+    """``generate`` for a turn's step, ``compact`` for a summary request."""
+
+
+class CancelSignal:
+    """A one-way flag that says the work should stop (an ``AbortSignal``)."""
+
+    __slots__ = ("_event", "reason")
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self.reason: str | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether cancellation was requested."""
+        return self._event.is_set()
+
+    def is_cancelled(self) -> bool:
+        """``cancelled`` as a call (type checkers do not assume it stays unchanged)."""
+        return self._event.is_set()
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Request cancellation (idempotent; the first reason is kept)."""
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Return once cancellation is requested."""
+        await self._event.wait()
+
+
+@runtime_checkable
+class ModelAdapter(Protocol):
+    """A model: streams one step's parts for a request."""
+
+    @property
+    def name(self) -> str:
+        """A stable name for the model (usage calibration is kept per name)."""
+        ...
+
+    def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        """The parts of one model step; raises ``ModelError`` on failure."""
+        ...

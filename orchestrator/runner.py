@@ -1,0 +1,777 @@
+"""``SessionRunner``: executes one session's effects, in process. The Ray shell drives this too.
+
+Everything that changes the session goes through one lock and the log: commands (decided, then
+appended), the model's stream parts (buffered and flushed every few milliseconds or few hundred
+parts as one ``ai.stream`` event), tool runs, sub-agent batches and lifecycle events from the
+planner. After every append the runner asks the planner what to do next, cancels work the state
+no longer wants (a stop, a pause now, a superseded turn), and tells its listeners (subscribers,
+a parent session) what was applied.
+
+On open it re-folds the log and applies ``recover``: a crash costs at most the work in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator import builtin as ai
+from orchestrator._json import JsonObject, JsonValue
+from orchestrator.agent import Agent, MetadataContext, ResolverContext
+from orchestrator.aistate import AIState, ToolRecord
+from orchestrator.buffer import coalesce
+from orchestrator.children import ChildBatch, Children, ChildRequest
+from orchestrator.commands import Command, Decision, decide
+from orchestrator.compaction import SUMMARY_INSTRUCTIONS, calibrate, compaction_cut, estimate_tokens, prompt_messages
+from orchestrator.errors import ConcurrencyConflict, ModelError, ToolError, UsageError
+from orchestrator.events import Event, check_caller_event
+from orchestrator.log import Applied, SessionLog
+from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
+from orchestrator.parts import ToolPart
+from orchestrator.plan import Append, Cancel, Limits, RunStep, RunTool, next_effect
+from orchestrator.recovery import REATTACH, recover
+from orchestrator.store.base import EventStore
+from orchestrator.stream import AgentStreamPart, MessageMetadata, StepFinish, TextDelta, ToolCall, ToolResult
+from orchestrator.toolport import ToolLike
+from orchestrator.wire import part_to_wire
+
+__all__ = ["Listener", "SessionRunner", "TurnOutcome"]
+
+Listener = Callable[[Sequence[Applied], AIState, int], Awaitable[None]]
+"""Told after every append: what was applied, the state after it, and its log index."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """How a turn ended (what ``Turn.finished`` resolves to)."""
+
+    turn_id: str
+    outcome: str
+    """``completed``, ``failed``, ``stopped``, ``superseded`` or ``handed-off``."""
+    text: str
+    """The turn's final text (its assistant message's text after the last tool call)."""
+    error: str | None = None
+
+    @property
+    def success(self) -> bool:
+        """Whether the turn completed."""
+        return self.outcome == "completed"
+
+
+@dataclass
+class _StepWork:
+    step_id: str
+    task: asyncio.Task[None]
+    signal: CancelSignal
+
+
+@dataclass
+class _ToolWork:
+    call_id: str
+    name: str
+    task: asyncio.Task[None]
+    signal: CancelSignal
+    child: str | None = None
+
+
+class SessionRunner:
+    """Runs a session's turns (see the module docstring). Create with ``open``."""
+
+    def __init__(
+        self,
+        log: SessionLog,
+        agent: Agent,
+        *,
+        children: Children | None = None,
+        clock: Callable[[], float] = time.time,
+        flush_interval: float = 0.004,
+        flush_parts: int = 256,
+    ) -> None:
+        self.log = log
+        self.agent = agent
+        self.children = children
+        self.clock = clock
+        self.flush_interval = flush_interval
+        self.flush_parts = flush_parts
+        self.limits = Limits(agent.max_steps)
+        self.listeners: list[Listener] = []
+        self._lock = asyncio.Lock()
+        self._changed = asyncio.Condition()
+        self._step: _StepWork | None = None
+        self._tools: dict[str, _ToolWork] = {}
+        self._driving = False
+        self._again = False
+        self._closed = False
+        self._background: set[asyncio.Task[Any]] = set()
+        self._held: dict[str, dict[int, ChildBatch]] = {}
+        self._ledger = _TurnLedger(log.state)
+        self.listeners.append(self._ledger.listen)
+
+    @classmethod
+    async def open(
+        cls, store: EventStore, session_id: str, agent: Agent, *, start: bool = True, **options: Any
+    ) -> SessionRunner:
+        """Load the session from the store, recover unfinished work, and start driving it."""
+        log = await SessionLog.open(store, session_id, agent.contract)
+        runner = cls(log, agent, **options)
+        if start:
+            await runner.start()
+        return runner
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        return self.log.session_id
+
+    @property
+    def state(self) -> AIState:
+        """The current fold."""
+        return self.log.state
+
+    async def start(self) -> None:
+        """Reconcile work a crash interrupted, then run whatever the state asks for."""
+        events = recover(self.log.state, self._policy)
+        if events:
+            await self._append(events)
+        self._kick()
+
+    def _policy(self, name: str) -> str:
+        if self.agent.sub_agent(name) is not None:
+            return REATTACH
+        for ref in self.agent.tools:
+            if isinstance(ref, ToolLike) and ref.name == name:
+                return ref.recovery
+        return "rerun"
+
+    # -- the one way anything changes ----------------------------------------------------------
+
+    async def _append(self, events: Sequence[Event]) -> list[Applied]:
+        async with self._lock:
+            return await self._append_locked(events)
+
+    async def _append_locked(self, events: Sequence[Event]) -> list[Applied]:
+        try:
+            _, applied = await self.log.append(events, now=self.clock())
+        except ConcurrencyConflict:
+            # Someone else wrote this session's log (a stale owner, a failover): re-read it.
+            await self.log.refresh()
+            raise
+        if applied:
+            state, index = self.log.state, self.log.index
+            for listener in list(self.listeners):
+                await listener(applied, state, index)
+            self._reconcile()
+            async with self._changed:
+                self._changed.notify_all()
+        return applied
+
+    def _kick(self) -> None:
+        if self._closed:
+            return
+        if self._driving:
+            self._again = True
+            return
+        self._spawn(self._drive())
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _drive(self) -> None:
+        self._driving = True
+        try:
+            while not self._closed:
+                self._again = False
+                cancel: Cancel | None = None
+                async with self._lock:
+                    effect = next_effect(self.log.state, self.limits)
+                    if isinstance(effect, Append):
+                        await self._append_locked(effect.events)
+                        continue
+                    if isinstance(effect, RunStep):
+                        if self._step is None or self._step.step_id != effect.step_id:
+                            await self._start_step(effect)
+                    elif isinstance(effect, RunTool):
+                        if effect.call.id not in self._tools:
+                            self._start_tool(effect.call)
+                    elif isinstance(effect, Cancel):
+                        cancel = effect
+                if cancel is not None:
+                    await self._cancel_work(cancel.reason)
+                    continue
+                if not self._again:
+                    break
+        finally:
+            self._driving = False
+
+    def _reconcile(self) -> None:
+        """Cancel, without writing anything, work the state no longer wants (a stop ended it)."""
+        state = self.log.state
+        step = self._step
+        if step is not None:
+            current = state.active.step if state.active is not None else None
+            if current is None or current.id != step.step_id or current.status != "running":
+                if not step.task.done() and step.task is not asyncio.current_task():
+                    step.signal.cancel("stopped")
+                    step.task.cancel()
+                self._step = None
+        for call_id, work in list(self._tools.items()):
+            record = state.tools.get(call_id)
+            if record is None or record.status not in ("running", "pending", "approved"):
+                if not work.task.done() and work.task is not asyncio.current_task():
+                    work.signal.cancel("stopped")
+                    work.task.cancel()
+                    if work.child is not None and self.children is not None and record is not None and record.final:
+                        self._spawn(self.children.stop(work.child))
+                del self._tools[call_id]
+
+    async def _cancel_work(self, reason: str) -> None:
+        """Stop the work in flight for a pause now (``paused``) or a retry (``superseded``)."""
+        step, tools = self._step, list(self._tools.values())
+        for work in [step, *tools]:
+            if work is not None and not work.task.done():
+                work.signal.cancel(reason)
+                work.task.cancel()
+        for work in [step, *tools]:
+            if work is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await work.task
+        events: list[Event] = []
+        state = self.log.state
+        if step is not None and state.active is not None and state.active.step is not None:
+            if state.active.step.id == step.step_id and state.active.step.status == "running":
+                events.append(
+                    Event(
+                        "",
+                        ai.STEP_SUPERSEDED,
+                        {"stepId": step.step_id, "reason": reason, "restart": reason == "paused"},
+                    )
+                )
+        for work in tools:
+            record = state.tools.get(work.call_id)
+            if record is None or record.status != "running":
+                continue
+            if work.child is not None and self.children is not None:
+                if reason == "paused":
+                    await self.children.pause(work.child, "now")
+                else:
+                    await self.children.stop(work.child)
+            if reason == "paused" and (work.child is not None or self._policy(work.name) == "rerun"):
+                events.append(Event("", ai.TOOL_RESET, {"callId": work.call_id, "reason": reason}))
+            elif self._policy(work.name) == "report":
+                events.append(
+                    Event("", ai.TOOL_FAILED, {"callId": work.call_id, "error": _interrupted(), "code": "interrupted"})
+                )
+            else:
+                events.append(
+                    Event("", ai.TOOL_FAILED, {"callId": work.call_id, "error": "Cancelled.", "code": "cancelled"})
+                )
+        self._step = None
+        self._tools.clear()
+        if events:
+            await self._append(events)
+
+    # -- commands --------------------------------------------------------------------------------
+
+    async def submit(self, command: Command) -> Decision:
+        """Persist ``command`` and its decision; the session acts on it at once.
+
+        Ordering: commands are applied in the order this method is called. An identical
+        resubmission (same id and content) replays: nothing new is written.
+        """
+        async with self._lock:
+            for attempt in range(2):
+                decision = decide(self.log.state, command, self.clock())
+                if not decision.events:
+                    return decision
+                try:
+                    applied = await self._append_locked(decision.events)
+                except ConcurrencyConflict:
+                    if attempt:
+                        raise
+                    continue
+                if not applied:  # a replay: answer with what was decided the first time
+                    return await self._replayed(command.id, decision)
+                break
+        self._kick()
+        return decision
+
+    async def _replayed(self, command_id: str, fallback: Decision) -> Decision:
+        events = await self.log.store.read(self.session_id)
+        for event in events:
+            if event.type == ai.DECIDED and event.payload.get("commandId") == command_id:
+                from orchestrator.aistate import Receipt
+
+                reason = event.payload.get("reason")
+                receipt = Receipt(
+                    command_id,
+                    "applied" if event.payload.get("outcome") == "applied" else "rejected",
+                    None if reason is None else str(reason),
+                )
+                return Decision((), receipt)
+        return fallback
+
+    async def push(self, events: Sequence[Event], *, trusted: bool = True) -> list[Applied]:
+        """Append app events (``trusted``: server code; otherwise checked as a client's)."""
+        contract = self.agent.contract
+        checked: list[Event] = []
+        for event in events:
+            if not trusted:
+                check_caller_event(event)
+            if event.type.startswith("ai."):
+                raise UsageError(f"push() takes app events; {event.type!r} is a built-in event type")
+            payload: JsonObject = (
+                contract.validate(event.type, event.payload) if contract is not None else event.payload
+            )
+            checked.append(Event(event.id, event.type, payload, event.at))
+        applied = await self._append(checked)
+        self._kick()
+        return applied
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    async def wait_for(self, predicate: Callable[[AIState], bool], timeout: float | None = None) -> AIState:
+        """Return the state once ``predicate`` holds for it."""
+
+        async def wait() -> AIState:
+            async with self._changed:
+                while not predicate(self.log.state):
+                    await self._changed.wait()
+                return self.log.state
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def wait_turn(self, turn_id: str, timeout: float | None = None) -> TurnOutcome:
+        """Wait until the turn ``turn_id`` has ended, and say how."""
+        await self.wait_for(lambda s: turn_id in self._ledger.outcomes, timeout)
+        return self._ledger.outcomes[turn_id]
+
+    async def wait_input(self, input_id: str, timeout: float | None = None) -> TurnOutcome:
+        """Wait until the turn that admits input ``input_id`` has ended (``removed`` if never admitted)."""
+        ledger = self._ledger
+
+        def done(state: AIState) -> bool:
+            turn = ledger.turn_of.get(input_id)
+            if turn is not None:
+                return turn in ledger.outcomes
+            return input_id in ledger.submitted and state.inbox.get(input_id) is None and input_id not in state.pending
+
+        await self.wait_for(done, timeout)
+        turn = ledger.turn_of.get(input_id)
+        if turn is None:
+            return TurnOutcome("", "removed", "", "The input was removed before it was admitted.")
+        return ledger.outcomes[turn]
+
+    async def idle(self, timeout: float | None = None) -> AIState:
+        """Wait until nothing is active or queued (or the session waits on approval / pause)."""
+        return await self.wait_for(
+            lambda s: next_effect(s, self.limits) is None and self._step is None and not self._tools, timeout
+        )
+
+    async def close(self) -> None:
+        """Stop this process's work (the log keeps everything; ``open`` recovers it)."""
+        self._closed = True
+        for work in [self._step, *self._tools.values()]:
+            if work is not None:
+                work.signal.cancel("closed")
+                work.task.cancel()
+        for task in list(self._background):
+            task.cancel()
+        for task in list(self._background):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # -- model steps -----------------------------------------------------------------------------
+
+    async def _start_step(self, effect: RunStep) -> None:
+        """Record the step as started (under the lock), then run it as a task."""
+        state = self.log.state
+        started: JsonObject = {
+            "turnId": effect.turn_id,
+            "stepId": effect.step_id,
+            "turnStep": effect.turn_step,
+            "sessionStep": effect.session_step,
+            "attempt": effect.attempt,
+        }
+        context = ResolverContext(state, self.session_id, effect.turn_id, effect.turn_step)
+        try:
+            model = self.agent.resolve_model(context)
+            instructions = self.agent.resolve_instructions(context)
+        except Exception as error:  # a resolver that raises fails the turn with its message
+            message = str(error) or type(error).__name__
+            await self._append_locked(
+                [
+                    Event("", ai.STEP_STARTED, {**started, "model": ""}),
+                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
+                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
+                ]
+            )
+            return
+        await self._append_locked([Event("", ai.STEP_STARTED, {**started, "model": model.name})])
+        signal = CancelSignal()
+        task = asyncio.ensure_future(self._run_step(effect, model, instructions, signal))
+        self._step = _StepWork(effect.step_id, task, signal)
+        task.add_done_callback(lambda _: self._kick())
+
+    async def _run_step(
+        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal
+    ) -> None:
+        state = self.log.state
+        active = state.active
+        if active is None:
+            return
+        try:
+            tools = await self.agent.list_tools(state.app)
+        except Exception as error:
+            message = f"listing tools failed: {error}"
+            await self._append(
+                [
+                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
+                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
+                ]
+            )
+            return
+        specs = [t.spec for t in tools] + self.agent.delegate_specs()
+        if self.agent.compaction is not None:
+            await self._maybe_compact(model, instructions, specs, signal)
+        state = self.log.state
+        messages = prompt_messages(state)
+        estimate = estimate_tokens(messages, instructions, specs)
+        request = ModelRequest(
+            messages=messages,
+            tools=specs,
+            instructions=instructions,
+            settings=dict(self.agent.settings),
+            session_id=self.session_id,
+            turn_index=active.index,
+            step_index=effect.turn_step,
+            session_step_index=effect.session_step,
+        )
+        stream = _StepStream(self, effect.step_id)
+        if self.agent.message_metadata is not None:
+            meta = self.agent.message_metadata(MetadataContext("start", state))
+            if meta:
+                stream.add(MessageMetadata(dict(meta)))
+        calls: list[JsonValue] = []
+        usage: JsonObject | None = None
+        reason = "stop"
+        try:
+            async for part in model.stream(request, signal):
+                if type(part) is StepFinish:
+                    usage = dict(part.usage) if part.usage else None
+                    reason = part.finish_reason or reason
+                    continue
+                if type(part) is ToolCall:
+                    calls.append({"id": part.id, "name": part.name})
+                await stream.put(part)
+            if signal.cancelled:
+                return
+            if self.agent.message_metadata is not None:
+                meta = self.agent.message_metadata(MetadataContext("finish", self.log.state, usage, reason))
+                if meta:
+                    stream.add(MessageMetadata(dict(meta)))
+            finished: JsonObject = {
+                "stepId": effect.step_id,
+                "finishReason": reason,
+                "toolCalls": calls,
+                "estimate": estimate,
+            }
+            if usage is not None:
+                finished["usage"] = usage
+            await stream.close([Event("", ai.STEP_FINISHED, finished)])
+        except asyncio.CancelledError:
+            stream.cancel()
+            raise
+        except Exception as error:  # an adapter that throws becomes an error part with its message
+            code = error.code if isinstance(error, ModelError) else None
+            message = error.message if isinstance(error, ModelError) else (str(error) or type(error).__name__)
+            failed: JsonObject = {"stepId": effect.step_id, "error": message}
+            ended: JsonObject = {"turnId": effect.turn_id, "outcome": "failed", "error": message}
+            if code is not None:
+                failed["code"] = ended["code"] = code
+            await stream.close([Event("", ai.STEP_FAILED, failed), Event("", ai.TURN_FINISHED, ended)])
+
+    async def _maybe_compact(
+        self, model: ModelAdapter, instructions: str | None, specs: list[ToolSpec], signal: CancelSignal
+    ) -> None:
+        config = self.agent.compaction
+        assert config is not None
+        state = self.log.state
+        messages = prompt_messages(state)
+        estimate = calibrate(estimate_tokens(messages, instructions, specs), state, model.name)
+        cut = compaction_cut(state)
+        covered = (
+            state.compaction.through if state.compaction is not None and state.compaction.status == "completed" else 0
+        )
+        if estimate <= config.threshold_tokens or cut <= covered:
+            return
+        compaction_id = f"{state.active.id if state.active else 'c'}.compaction.{state.session_steps}"
+        base: JsonObject = {"id": compaction_id, "inputTokens": estimate, "thresholdTokens": config.threshold_tokens}
+        await self._append([Event("", ai.COMPACTION, {**base, "status": "running"})])
+        summary_instructions = SUMMARY_INSTRUCTIONS + (f"\n{config.instructions}" if config.instructions else "")
+        previous = prompt_messages(state)
+        to_cover = previous[: len(previous) - (len(state.messages) - cut)]
+        request = ModelRequest(
+            to_cover, specs, summary_instructions, dict(self.agent.settings), self.session_id, purpose="compact"
+        )
+        text: list[str] = []
+        usage: JsonValue = None
+        try:
+            async for part in model.stream(request, signal):
+                if type(part) is TextDelta:
+                    text.append(part.delta)
+                elif type(part) is StepFinish:
+                    usage = dict(part.usage) if part.usage else None
+                elif type(part) is ToolCall:
+                    raise ModelError("the summary request answered with a tool call instead of a summary")
+            summary = "".join(text).strip()
+            if not summary:
+                raise ModelError("the summary request returned an empty summary")
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            # A failed summary leaves the context as it was.
+            await self._append([Event("", ai.COMPACTION, {**base, "status": "failed", "error": str(error)})])
+            return
+        done: JsonObject = {**base, "status": "completed", "summary": summary, "through": cut}
+        if usage is not None:
+            done["usage"] = usage
+        await self._append([Event("", ai.COMPACTION, done)])
+
+    # -- tools -------------------------------------------------------------------------------------
+
+    def _start_tool(self, record: ToolRecord) -> None:
+        signal = CancelSignal()
+        task = asyncio.ensure_future(self._run_tool(record, signal))
+        sub = self.agent.sub_agent(record.name)
+        self._tools[record.id] = _ToolWork(
+            record.id, record.name, task, signal, f"{self.session_id}/{record.id}" if sub else None
+        )
+        task.add_done_callback(lambda _: self._kick())
+
+    def _arguments(self, call_id: str) -> JsonValue:
+        for message in reversed(self.log.state.messages):
+            for part in message.parts:
+                if type(part) is ToolPart and part.id == call_id:
+                    return part.input
+        return None
+
+    async def _run_tool(self, record: ToolRecord, signal: CancelSignal) -> None:
+        try:
+            arguments = self._arguments(record.id)
+            sub = self.agent.sub_agent(record.name)
+            if sub is not None:
+                await self._run_delegate(record, sub, arguments)
+                return
+            tools = await self.agent.list_tools(self.log.state.app)
+            tool = next((t for t in tools if t.name == record.name), None)
+            if tool is None:
+                names = (
+                    ", ".join(sorted([t.name for t in tools] + [s.name for s in self.agent.delegate_specs()])) or "none"
+                )
+                await self._fail_tool(record.id, f"Unknown tool {record.name!r}. Available tools: {names}.")
+                return
+            try:
+                tool.validate(arguments)
+            except ToolError as error:  # invalid arguments never reach the function
+                await self._fail_tool(record.id, error.message)
+                return
+            if record.status == "pending":
+                prompt = tool.approval_prompt(arguments)
+                if prompt is not None:
+                    payload: JsonObject = {
+                        "interactionId": f"{record.id}:approval",
+                        "callId": record.id,
+                        "prompt": prompt,
+                    }
+                    await self._append([Event("", ai.INTERACTION_REQUESTED, payload)])
+                    return
+            attempt = record.attempts + 1
+            await self._append(
+                [Event("", ai.TOOL_STARTED, {"callId": record.id, "name": record.name, "attempt": attempt})]
+            )
+            active = self.log.state.active
+            output = await tool.invoke(
+                arguments,
+                session_id=self.session_id,
+                call_id=record.id,
+                turn_id=active.id if active is not None else record.turn_id,
+                attempt=attempt,
+                signal=signal,
+                app=self.log.state.app,
+                emit=lambda value: self._emit(record.id, value),
+            )
+            await self._append([Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": output})])
+        except ToolError as error:
+            code = "timeout" if "timed out" in error.message else None
+            await self._fail_tool(record.id, error.message, code)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a bug in the runtime must not leave the call pending forever
+            await self._fail_tool(record.id, f"{record.name} could not run: {error}")
+        finally:
+            # The tool list is read again after every call: the call may have changed it.
+            with contextlib.suppress(Exception):
+                await self.agent.list_tools(self.log.state.app)
+
+    async def _fail_tool(self, call_id: str, message: str, code: str | None = None) -> None:
+        payload: JsonObject = {"callId": call_id, "error": message}
+        if code is not None:
+            payload["code"] = code
+        await self._append([Event("", ai.TOOL_FAILED, payload)])
+
+    async def _emit(self, call_id: str, output: JsonValue) -> None:
+        part = part_to_wire(ToolResult(call_id, output, preliminary=True))
+        await self._append([Event("", ai.STREAM, {"callId": call_id, "parts": [part]})])
+
+    async def _run_delegate(self, record: ToolRecord, sub: Agent, arguments: JsonValue) -> None:
+        if self.children is None:
+            await self._fail_tool(record.id, f"{record.name} cannot run: this session has no sub-agent runtime")
+            return
+        task = arguments.get("task") if isinstance(arguments, dict) else None
+        if not isinstance(task, str) or not task.strip():
+            await self._fail_tool(record.id, f"Invalid arguments for {record.name}: 'task' must be a non-empty string.")
+            return
+        child_id = f"{self.session_id}/{record.id}"
+        events = [
+            Event("", ai.TOOL_STARTED, {"callId": record.id, "name": record.name, "attempt": record.attempts + 1})
+        ]
+        if record.child is None:
+            events.append(Event("", ai.CHILD_STARTED, {"callId": record.id, "sessionId": child_id, "agent": sub.name}))
+        await self._append(events)
+        result = await self.children.run(ChildRequest(self.session_id, record.id, child_id, sub, task), self.deliver)
+        if result.error is None:
+            await self._append([Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": result.text})])
+        else:
+            await self._fail_tool(record.id, result.error, result.code)
+
+    async def deliver(self, batch: ChildBatch) -> None:
+        """Apply a sub-agent's batch under its call, in order, once.
+
+        Duplicates (a ``seq`` already applied) are dropped; a batch whose ``prev`` has not been
+        applied yet is held until the gap fills (async Ray calls may arrive out of order).
+        """
+        async with self._lock:
+            held = self._held.setdefault(batch.call_id, {})
+            if batch.prev is None:
+                held.clear()
+            held[batch.prev if batch.prev is not None else -1] = batch
+            events = []
+            record = self.log.state.tools.get(batch.call_id)
+            applied = record.child_seq if record is not None else 0
+            while True:
+                ready = held.pop(-1, None) or held.pop(applied, None)
+                if ready is None:
+                    break
+                if ready.seq > applied:
+                    events.append(
+                        Event(
+                            "", ai.NESTED, {"callId": ready.call_id, "seq": ready.seq, "actions": list(ready.actions)}
+                        )
+                    )
+                    applied = ready.seq
+            for key in [k for k in held if k != -1 and held[k].seq <= applied]:
+                del held[key]
+            if events:
+                await self._append_locked(events)
+
+
+class _TurnLedger:
+    """Which turn admitted each input, and how each turn ended (what ``Turn.finished`` reads)."""
+
+    def __init__(self, state: AIState) -> None:
+        self.turn_of: dict[str, str] = {}
+        self.outcomes: dict[str, TurnOutcome] = {}
+        self.submitted: set[str] = set()
+        self.reply_of: dict[str, str] = {}
+        self.last_turn = state.last_turn
+        if state.active is not None:
+            self.reply_of[state.active.id] = state.active.message_id
+            for input_id in state.active.input:
+                self.turn_of[input_id] = state.active.id
+
+    async def listen(self, applied: Sequence[Applied], state: AIState, index: int) -> None:
+        for item in applied:
+            event = item.event
+            if event.type == ai.TURN_STARTED:
+                turn_id = str(event.payload["turnId"])
+                self.reply_of[turn_id] = str(event.payload.get("messageId"))
+                for input_id in event.payload.get("inputIds", ()):  # type: ignore[union-attr]
+                    self.turn_of[str(input_id)] = turn_id
+            elif event.type == ai.INPUT:
+                self.submitted.add(event.id)
+        if state.last_turn is not None and state.last_turn != self.last_turn:
+            turn_id, outcome = state.last_turn
+            reply_id = self.reply_of.get(turn_id)
+            reply = next((m for m in reversed(state.messages) if m.id == reply_id), None)
+            error = state.error.message if outcome == "failed" and state.error is not None else None
+            self.outcomes[turn_id] = TurnOutcome(turn_id, outcome, reply.final_text if reply is not None else "", error)
+        self.last_turn = state.last_turn
+
+
+class _StepStream:
+    """The running step's buffer: flushed on size, on a timer, and at the end of the step."""
+
+    def __init__(self, runner: SessionRunner, step_id: str) -> None:
+        self.runner = runner
+        self.step_id = step_id
+        self.parts: list[AgentStreamPart] = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.flushing: asyncio.Task[None] | None = None
+
+    def add(self, part: AgentStreamPart) -> None:
+        self.parts.append(part)
+
+    async def put(self, part: AgentStreamPart) -> None:
+        parts = self.parts
+        parts.append(part)
+        if len(parts) >= self.runner.flush_parts:
+            await self._flush()
+        elif self.timer is None:
+            self.timer = asyncio.get_running_loop().call_later(self.runner.flush_interval, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        if self.parts and (self.flushing is None or self.flushing.done()):
+            self.flushing = asyncio.ensure_future(self._flush())
+
+    def _take(self) -> list[JsonValue]:
+        parts, self.parts = self.parts, []
+        return [part_to_wire(p) for p in coalesce(parts)]  # wire dicts are JSON objects
+
+    async def _flush(self, extra: Sequence[Event] = ()) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        runner = self.runner
+        async with runner._lock:
+            active = runner.log.state.active
+            step = active.step if active is not None else None
+            wire = self._take()
+            if step is None or step.id != self.step_id or step.status != "running":
+                return  # the step was stopped or superseded: its later parts are dropped
+            events = [Event("", ai.STREAM, {"stepId": self.step_id, "parts": wire})] if wire else []
+            await runner._append_locked([*events, *extra])
+
+    async def close(self, final: Sequence[Event]) -> None:
+        """Flush what is left together with the step's final events, in one batch."""
+        if self.flushing is not None and not self.flushing.done():
+            await self.flushing
+        await self._flush(final)
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+def _interrupted() -> str:
+    from orchestrator.fold import INTERRUPTED
+
+    return INTERRUPTED

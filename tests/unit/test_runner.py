@@ -1,0 +1,688 @@
+"""The run loop end to end, in process, on the scripted model and a real in-memory store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from orchestrator import builtin as ai
+from orchestrator.agent import Agent, Compaction, MetadataContext, ResolverContext
+from orchestrator.aistate import AIState
+from orchestrator.commands import PauseSession, Respond, ResumeSession, RetryTurn, SendInput, StopTurn
+from orchestrator.errors import ModelError
+from orchestrator.events import Event
+from orchestrator.fold import DENIED, INTERRUPTED, fold_events
+from orchestrator.local import LocalSessions
+from orchestrator.models.base import CancelSignal, ModelRequest
+from orchestrator.parts import AgentMessage, CompactionPart, NestedRun, ToolPart
+from orchestrator.runner import SessionRunner
+from orchestrator.store import open_store
+from orchestrator.store.base import EventStore
+from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
+from orchestrator.testing import FunctionModel, ScriptedModel
+from tools import Recovery, Tool, ToolContext, tool
+
+TIMEOUT = 10
+
+
+class Counter:
+    """Counts tool executions (what a side effect would do twice)."""
+
+    def __init__(self) -> None:
+        self.calls: list[Mapping[str, Any]] = []
+
+
+def cart_tool(counter: Counter, *, recovery: Recovery = "rerun", approval: bool = False) -> Tool:
+    @tool(name="add_to_cart", recovery=recovery, needs_approval=approval)
+    async def add_to_cart(slug: str, qty: int = 1) -> str:
+        """Add an item to the cart.
+
+        Args:
+            slug: The product.
+            qty: How many.
+        """
+        counter.calls.append({"slug": slug, "qty": qty})
+        return "Added."
+
+    return add_to_cart
+
+
+class Gate:
+    """A point where a model or tool stops until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.reached = asyncio.Event()
+        self.open = asyncio.Event()
+
+    async def wait(self) -> None:
+        self.reached.set()
+        await self.open.wait()
+
+
+@pytest.fixture
+def store() -> EventStore:
+    return open_store("memory://")
+
+
+@pytest.fixture
+async def sessions(store: EventStore) -> AsyncIterator[LocalSessions]:
+    local = LocalSessions(store)
+    yield local
+    await local.close()
+
+
+def tool_parts(messages: Sequence[AgentMessage]) -> Iterator[ToolPart]:
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolPart):
+                yield part
+
+
+def call(state: AIState, name: str) -> ToolPart:
+    return next(p for p in tool_parts(state.messages) if p.name == name)
+
+
+def status(runner: SessionRunner) -> str:
+    return runner.state.status
+
+
+async def turn(runner: SessionRunner, input_id: str, text: str) -> str:
+    await runner.submit(SendInput(input_id, text))
+    outcome = await runner.wait_input(input_id, timeout=TIMEOUT)
+    return outcome.outcome
+
+
+# -- the seed's flow ---------------------------------------------------------------------------------
+
+
+async def test_the_add_to_cart_flow(sessions: LocalSessions) -> None:
+    counter = Counter()
+    agent = Agent(
+        "shopper",
+        "Help the user shop.",
+        ScriptedModel(
+            [
+                [{"text": "Adding them now.", "chunk": 4}, {"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}}],
+                [{"text": "Done: two mugs."}],
+            ]
+        ),
+        tools=[cart_tool(counter)],
+    )
+    runner = await sessions.open("s-1", agent)
+    assert await turn(runner, "u-1", "Add two mugs to the cart") == "completed"
+    state = runner.state
+    assert state.status == "idle"
+    assert [m.role for m in state.messages] == ["user", "assistant"]
+    reply = state.messages[1]
+    assert [p.type for p in reply.parts] == ["text", "tool", "text"]
+    assert reply.text == "Adding them now.Done: two mugs."
+    assert call(state, "add_to_cart").state == "done"
+    assert call(state, "add_to_cart").output == "Added."
+    assert counter.calls == [{"slug": "mug", "qty": 2}]
+    assert fold_events(await sessions.store.read("s-1")) == state
+
+
+async def test_the_model_is_sent_instructions_tools_and_the_tool_result(sessions: LocalSessions) -> None:
+    model = ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "ok"}]])
+    agent = Agent("shopper", "Help the user shop.", model, tools=[cart_tool(Counter())])
+    runner = await sessions.open("s-1", agent)
+    await turn(runner, "u-1", "one mug")
+    first, second = model.requests
+    assert first.instructions == "Help the user shop."
+    assert [t.name for t in first.tools] == ["add_to_cart"]
+    assert first.tools[0].parameters["required"] == ["slug"]
+    assert (first.step_index, second.step_index, second.session_step_index) == (0, 1, 1)
+    assert call(AIState(session=runner.state.session), "add_to_cart").output == "Added."
+    assert [p.type for p in second.messages[-1].parts] == ["tool"]
+    model.assert_consumed()
+
+
+# -- delegation ------------------------------------------------------------------------------------
+
+
+def delegating_agents() -> Agent:
+    @tool
+    async def lookup_price(slug: str) -> str:
+        """Look up a price."""
+        return "4.99"
+
+    pricer = Agent(
+        "pricer",
+        "Price things.",
+        ScriptedModel(
+            [[{"tool": "lookup_price", "input": {"slug": "mug"}}], [{"text": "Mugs cost 4.99.", "chunk": 5}]]
+        ),
+        tools=[lookup_price],
+    )
+    researcher = Agent(
+        "researcher",
+        "Research.",
+        ScriptedModel(
+            [
+                [
+                    {"text": "Asking the pricer.", "chunk": 3},
+                    {"tool": "delegate_to_pricer", "input": {"task": "price a mug"}},
+                ],
+                [{"text": "The mug is 4.99."}],
+            ]
+        ),
+        agents=[pricer],
+    )
+    return Agent(
+        "shop",
+        "Shop.",
+        ScriptedModel(
+            [[{"tool": "delegate_to_researcher", "input": {"task": "compare mug prices"}}], [{"text": "It is 4.99."}]]
+        ),
+        agents=[researcher],
+    )
+
+
+async def test_a_two_level_delegation_nests_every_part_under_the_right_call(
+    sessions: LocalSessions, store: EventStore
+) -> None:
+    runner = await sessions.open("s-1", delegating_agents())
+    assert await turn(runner, "u-1", "compare") == "completed"
+    state = runner.state
+    research = call(state, "delegate_to_researcher")
+    assert research.state == "done"
+    assert research.output == "The mug is 4.99."
+    nested = research.agent
+    assert isinstance(nested, NestedRun) and nested.status == "idle"
+    assert [m.role for m in nested.messages] == ["user", "assistant"]
+    assert nested.messages[0].text == "compare mug prices"
+    pricing = next(p for p in tool_parts(nested.messages) if p.name == "delegate_to_pricer")
+    assert pricing.state == "done" and pricing.output == "Mugs cost 4.99."
+    assert pricing.agent is not None
+    inner = next(p for p in tool_parts(pricing.agent.messages) if p.name == "lookup_price")
+    assert inner.state == "done" and inner.output == "4.99"
+    # Each sub-agent has its own log, and the parent's nested copy is exactly its conversation.
+    child_id = f"s-1/{research.id}"
+    child = fold_events(await store.read(child_id))
+    assert child.messages == nested.messages
+    grandchild = fold_events(await store.read(f"{child_id}/{pricing.id}"))
+    assert grandchild.messages == pricing.agent.messages
+    assert fold_events(await store.read("s-1")) == state
+
+
+# -- approvals ----------------------------------------------------------------------------------------
+
+
+async def test_an_approved_call_runs_and_a_denied_one_never_does(sessions: LocalSessions) -> None:
+    counter = Counter()
+    agent = Agent(
+        "shopper",
+        "Shop.",
+        ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "ok"}]], per_turn=True),
+        tools=[cart_tool(counter, approval=True)],
+    )
+    runner = await sessions.open("s-1", agent)
+    await runner.submit(SendInput("u-1", "one mug"))
+    state = await runner.wait_for(lambda s: any(i.status == "pending" for i in s.interactions.values()), TIMEOUT)
+    interaction = next(iter(state.interactions.values()))
+    pending = call(state, "add_to_cart")
+    assert pending.state == "awaiting-confirmation" and pending.prompt
+    assert counter.calls == []
+    await runner.submit(Respond("r-1", interaction.id, approved=True))
+    assert (await runner.wait_input("u-1", timeout=TIMEOUT)).outcome == "completed"
+    assert counter.calls == [{"slug": "mug", "qty": 1}]
+
+    await runner.submit(SendInput("u-2", "another"))
+    state = await runner.wait_for(
+        lambda s: any(i.status == "pending" for i in s.interactions.values() if i.id != interaction.id), TIMEOUT
+    )
+    second = next(i for i in state.interactions.values() if i.status == "pending")
+    await runner.submit(Respond("r-2", second.id, approved=False))
+    assert (await runner.wait_input("u-2", timeout=TIMEOUT)).outcome == "completed"
+    assert len(counter.calls) == 1
+    denied = next(p for p in tool_parts(runner.state.messages) if p.id == second.call_id)
+    assert (denied.state, denied.error) == ("error", DENIED)
+
+
+# -- invalid arguments ----------------------------------------------------------------------------------
+
+
+async def test_invalid_arguments_go_back_to_the_model_which_corrects_them(sessions: LocalSessions) -> None:
+    counter = Counter()
+    model = ScriptedModel(
+        [
+            [{"tool": "add_to_cart", "input": {"slug": "mug", "qty": "two"}}],
+            [{"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}}],
+            [{"text": "Added two."}],
+        ]
+    )
+    runner = await sessions.open("s-1", Agent("shopper", "Shop.", model, tools=[cart_tool(counter)]))
+    assert await turn(runner, "u-1", "two mugs") == "completed"
+    first, second = list(tool_parts(runner.state.messages))
+    assert first.state == "error" and "qty" in (first.error or "") and "integer" in (first.error or "")
+    assert second.state == "done"
+    assert counter.calls == [{"slug": "mug", "qty": 2}]
+    seen = [p for p in tool_parts(model.requests[1].messages)]
+    assert seen[0].state == "error"
+
+
+async def test_an_unknown_tool_is_reported_to_the_model(sessions: LocalSessions) -> None:
+    model = ScriptedModel([[{"tool": "fly", "input": {}}], [{"text": "sorry"}]])
+    runner = await sessions.open("s-1", Agent("shopper", "Shop.", model, tools=[cart_tool(Counter())]))
+    assert await turn(runner, "u-1", "fly") == "completed"
+    failed = call(runner.state, "fly")
+    assert failed.state == "error" and "add_to_cart" in (failed.error or "")
+
+
+async def test_a_tool_that_raises_or_times_out_ends_as_a_tool_error(sessions: LocalSessions) -> None:
+    @tool
+    def explode(what: str) -> str:
+        """Explode."""
+        raise RuntimeError(f"{what} blew up")
+
+    @tool(timeout=0.05)
+    async def slow() -> str:
+        """Take forever."""
+        await asyncio.sleep(60)
+        return "never"
+
+    model = ScriptedModel(
+        [[{"tool": "explode", "input": {"what": "the oven"}}, {"tool": "slow", "input": {}}], [{"text": "hm"}]]
+    )
+    runner = await sessions.open("s-1", Agent("a", "x", model, tools=[explode, slow]))
+    assert await turn(runner, "u-1", "go") == "completed"
+    assert call(runner.state, "explode").error == "explode failed: the oven blew up"
+    assert call(runner.state, "slow").error == "slow timed out after 0.05 s"
+
+
+# -- retry and failure ---------------------------------------------------------------------------------
+
+
+async def test_retry_after_a_failed_step_resumes_after_the_finished_tool(sessions: LocalSessions) -> None:
+    counter = Counter()
+    model = ScriptedModel(
+        [
+            [{"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}}],
+            [{"text": "Now I will sa"}, {"error": "Couldn't reach the assistant.", "code": "network"}],
+            [{"text": "Done: two mugs."}],
+        ]
+    )
+    runner = await sessions.open("s-1", Agent("shopper", "Shop.", model, tools=[cart_tool(counter)]))
+    assert await turn(runner, "u-1", "two mugs") == "failed"
+    assert status(runner) == "error"
+    assert runner.state.error is not None and runner.state.error.code == "network"
+    await runner.submit(RetryTurn("r-1"))
+    await runner.wait_for(lambda s: s.turns == 2 and s.active is None, TIMEOUT)
+    assert runner.state.status == "idle"
+    reply = runner.state.messages[-1]
+    assert [p.type for p in reply.parts] == ["tool", "text"]
+    assert reply.text == "Done: two mugs."
+    assert counter.calls == [{"slug": "mug", "qty": 2}]  # not run twice
+    assert [p.type for p in model.requests[2].messages[-1].parts] == ["tool"]
+
+
+async def test_an_adapter_that_throws_becomes_an_error_with_its_message(sessions: LocalSessions) -> None:
+    def boom(request: ModelRequest) -> list[AgentStreamPart]:
+        raise ValueError("the adapter broke")
+
+    runner = await sessions.open("s-1", Agent("a", "x", FunctionModel(boom)))
+    assert await turn(runner, "u-1", "hi") == "failed"
+    assert runner.state.error is not None and runner.state.error.message == "the adapter broke"
+
+
+async def test_a_resolver_that_raises_fails_the_turn_and_retry_runs_it_again(sessions: LocalSessions) -> None:
+    broken = {"yes": True}
+    model = ScriptedModel([[{"text": "hello"}]], per_turn=True)
+
+    def pick(context: ResolverContext) -> ScriptedModel:
+        if broken["yes"]:
+            raise RuntimeError("no model for this plan")
+        return model
+
+    runner = await sessions.open("s-1", Agent("a", lambda c: f"turn {c.turn_id}", pick))
+    assert await turn(runner, "u-1", "hi") == "failed"
+    assert runner.state.error is not None and runner.state.error.message == "no model for this plan"
+    broken["yes"] = False
+    await runner.submit(RetryTurn("r-1"))
+    await runner.wait_for(lambda s: s.turns == 2 and s.active is None, TIMEOUT)
+    assert runner.state.messages[-1].text == "hello"
+    assert model.requests[0].instructions == "turn t2"
+
+
+# -- stop, supersede, pause ---------------------------------------------------------------------------
+
+
+async def test_stop_mid_tool_cancels_the_call(sessions: LocalSessions) -> None:
+    gate = Gate()
+    cancelled = asyncio.Event()
+
+    @tool
+    async def wait_forever(context: ToolContext) -> str:
+        """Wait."""
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    model = ScriptedModel([[{"tool": "wait_forever", "input": {}}], [{"text": "unreachable"}]])
+    runner = await sessions.open("s-1", Agent("a", "x", model, tools=[wait_forever]))
+    await runner.submit(SendInput("u-1", "go"))
+    await asyncio.wait_for(gate.reached.wait(), TIMEOUT)
+    await runner.submit(StopTurn("x-1"))
+    outcome = await runner.wait_input("u-1", timeout=TIMEOUT)
+    assert outcome.outcome == "stopped"
+    await asyncio.wait_for(cancelled.wait(), TIMEOUT)
+    assert call(runner.state, "wait_forever").state == "cancelled"
+    assert runner.state.status == "idle"
+    assert len(model.requests) == 1
+
+
+class GatedModel:
+    """Streams ``before``, waits at the gate, then streams ``after`` (the first time only)."""
+
+    def __init__(self, before: str, after: str) -> None:
+        self.gate = Gate()
+        self.before, self.after = before, after
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def name(self) -> str:
+        return "gated"
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        self.requests.append(request)
+        yield TextDelta(self.before)
+        if len(self.requests) == 1:
+            await self.gate.wait()
+        yield TextDelta(self.after)
+        yield StepFinish({"inputTokens": 10, "outputTokens": 2}, "stop")
+
+
+async def test_retry_supersedes_a_running_generation_and_drops_its_later_parts(sessions: LocalSessions) -> None:
+    model = GatedModel("first ", "LATE")
+    runner = await sessions.open("s-1", Agent("a", "x", model, settings={}))
+    await runner.submit(SendInput("u-1", "go"))
+    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await runner.wait_for(lambda s: "first" in s.messages[-1].text, TIMEOUT)
+    await runner.submit(RetryTurn("r-1"))
+    model.gate.open.set()
+    await runner.wait_for(lambda s: s.turns == 2 and s.active is None, TIMEOUT)
+    texts = [m.text for m in runner.state.messages]
+    assert texts == ["go", "first LATE"]
+    events = await sessions.store.read("s-1")
+    assert any(e.type == ai.TURN_FINISHED and e.payload.get("outcome") == "superseded" for e in events)
+    assert all(
+        "LATE" not in str(e.payload) for e in events if e.type == ai.STREAM and e.payload.get("stepId") == "t1.1"
+    )
+
+
+async def test_pause_now_cancels_the_running_step_and_resume_runs_it_again(sessions: LocalSessions) -> None:
+    model = GatedModel("partial ", "rest")
+    runner = await sessions.open("s-1", Agent("a", "x", model))
+    await runner.submit(SendInput("u-1", "go"))
+    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await runner.submit(PauseSession("p-1", "now"))
+    state = await runner.wait_for(lambda s: s.active is not None and s.active.phase == "paused", TIMEOUT)
+    assert state.messages[-1].role == "user"  # the cut step's partial output was rolled back
+    await runner.submit(ResumeSession("r-1"))
+    assert (await runner.wait_input("u-1", timeout=TIMEOUT)).outcome == "completed"
+    assert runner.state.messages[-1].text == "partial rest"
+
+
+# -- compaction, metadata, dynamic tools ------------------------------------------------------------------
+
+
+async def test_compaction_summarizes_once_over_the_threshold_and_keeps_the_log_complete(
+    sessions: LocalSessions,
+) -> None:
+    model = FunctionModel(lambda r: [{"text": "x" * 400}])
+    agent = Agent("a", "x", model, compaction=Compaction(threshold_tokens=120, instructions="Keep ids."))
+    runner = await sessions.open("s-1", agent)
+    for i in range(3):
+        assert await turn(runner, f"u-{i}", f"message {i}") == "completed"
+    state = runner.state
+    assert state.compaction is not None and state.compaction.status == "completed"
+    assert len(state.messages) == 6  # the conversation stays complete
+    compactions = [p for m in state.messages for p in m.parts if isinstance(p, CompactionPart)]
+    assert compactions and compactions[0].status == "completed" and compactions[0].summary
+    summaries = [r for r in model.requests if r.purpose == "compact"]
+    assert summaries and "Keep ids." in (summaries[0].instructions or "")
+    last = [r for r in model.requests if r.purpose == "generate"][-1]
+    assert last.messages[0].id == "troupe:summary"
+    assert len(last.messages) < len(state.messages)
+
+
+async def test_a_failed_summary_leaves_the_context_as_it_was(sessions: LocalSessions) -> None:
+    def answer(request: ModelRequest) -> list[Mapping[str, Any]]:
+        if request.purpose == "compact":
+            raise ModelError("summary refused", "bad_request")
+        return [{"text": "y" * 400}]
+
+    runner = await sessions.open(
+        "s-1", Agent("a", "x", FunctionModel(answer), compaction=Compaction(threshold_tokens=100))
+    )
+    for i in range(2):
+        assert await turn(runner, f"u-{i}", f"m{i}") == "completed"
+    assert runner.state.compaction is not None and runner.state.compaction.status == "failed"
+    assert [p.status for m in runner.state.messages for p in m.parts if isinstance(p, CompactionPart)][-1] == "failed"
+
+
+async def test_message_metadata_is_merged_at_step_start_and_finish(sessions: LocalSessions) -> None:
+    def metadata(context: MetadataContext) -> Mapping[str, Any]:
+        if context.part == "start":
+            return {"status": "writing"}
+        return {"status": "complete", "usage": dict(context.usage or {})}
+
+    model = FunctionModel(lambda r: [TextDelta("hi"), StepFinish({"inputTokens": 5, "outputTokens": 1}, "stop")])
+    runner = await sessions.open("s-1", Agent("a", "x", model, message_metadata=metadata))
+    await turn(runner, "u-1", "hello")
+    assert runner.state.messages[-1].metadata == {"status": "complete", "usage": {"inputTokens": 5, "outputTokens": 1}}
+
+
+async def test_the_tool_list_is_read_again_after_every_call(sessions: LocalSessions) -> None:
+    @tool
+    async def unlock() -> str:
+        """Unlock the secret tool."""
+        source.unlocked = True
+        return "unlocked"
+
+    @tool
+    async def secret() -> str:
+        """The secret."""
+        return "42"
+
+    class Source:
+        unlocked = False
+
+        async def list_tools(self, app: Mapping[str, Any]) -> Sequence[Tool]:
+            return [unlock, secret] if self.unlocked else [unlock]
+
+    source = Source()
+    model = ScriptedModel([[{"tool": "unlock", "input": {}}], [{"tool": "secret", "input": {}}], [{"text": "done"}]])
+    runner = await sessions.open("s-1", Agent("a", "x", model, tools=[source]))
+    assert await turn(runner, "u-1", "go") == "completed"
+    assert [t.name for t in model.requests[0].tools] == ["unlock"]
+    assert [t.name for t in model.requests[1].tools] == ["unlock", "secret"]
+    assert call(runner.state, "secret").output == "42"
+
+
+async def test_a_tool_streams_preliminary_output_replaced_by_the_final_one(sessions: LocalSessions) -> None:
+    seen: list[Any] = []
+
+    @tool
+    async def progress(context: ToolContext) -> str:
+        """Report progress."""
+        await context.emit("50%")
+        await runner.wait_for(lambda s: call(s, "progress").output == "50%", TIMEOUT)
+        seen.append(call(runner.state, "progress").state)
+        return "100%"
+
+    runner = await sessions.open(
+        "s-1", Agent("a", "x", ScriptedModel([[{"tool": "progress", "input": {}}], [{"text": "ok"}]]), tools=[progress])
+    )
+    await turn(runner, "u-1", "go")
+    assert seen == ["running"]
+    assert call(runner.state, "progress").output == "100%"
+
+
+# -- recovery: a crash is a close without writing, then a fresh open on the same store -----------------------
+
+
+async def crash_and_reopen(store: EventStore, agent: Agent, old: LocalSessions) -> tuple[LocalSessions, SessionRunner]:
+    await old.close()
+    fresh = LocalSessions(store)
+    return fresh, await fresh.open("s-1", agent)
+
+
+async def test_recovery_restarts_a_running_model_step_at_the_same_position(store: EventStore) -> None:
+    model = GatedModel("Hel", "lo")
+    agent = Agent("a", "x", model)
+    first = LocalSessions(store)
+    runner = await first.open("s-1", agent)
+    await runner.submit(SendInput("u-1", "hi"))
+    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await runner.wait_for(lambda s: s.messages[-1].text == "Hel", TIMEOUT)
+    second, runner = await crash_and_reopen(store, agent, first)
+    try:
+        await runner.wait_for(lambda s: s.active is None, TIMEOUT)
+        assert runner.state.messages[-1].text == "Hello"  # rolled back, replayed, not duplicated
+        assert [r.session_step_index for r in model.requests] == [0, 0]
+        events = await store.read("s-1")
+        assert [e.payload["reason"] for e in events if e.type == ai.STEP_SUPERSEDED] == ["recovered"]
+    finally:
+        await second.close()
+
+
+def blocking_tool(gate: Gate, counter: Counter, recovery: Recovery) -> Tool:
+    @tool(name="charge", recovery=recovery)
+    async def charge(context: ToolContext) -> str:
+        """Charge the card."""
+        counter.calls.append({"attempt": context.attempt, "call": context.call_id})
+        if context.attempt == 1:
+            await gate.wait()
+        return "charged"
+
+    return charge
+
+
+async def test_recovery_runs_a_rerun_tool_again(store: EventStore) -> None:
+    gate, counter = Gate(), Counter()
+    agent = Agent(
+        "a",
+        "x",
+        ScriptedModel([[{"tool": "charge", "input": {}}], [{"text": "ok"}]]),
+        tools=[blocking_tool(gate, counter, "rerun")],
+    )
+    first = LocalSessions(store)
+    runner = await first.open("s-1", agent)
+    await runner.submit(SendInput("u-1", "pay"))
+    await asyncio.wait_for(gate.reached.wait(), TIMEOUT)
+    second, runner = await crash_and_reopen(store, agent, first)
+    try:
+        await runner.wait_for(lambda s: s.active is None, TIMEOUT)
+        assert [c["attempt"] for c in counter.calls] == [1, 2]
+        assert counter.calls[0]["call"] == counter.calls[1]["call"]  # the same idempotency key
+        assert call(runner.state, "charge").output == "charged"
+    finally:
+        await second.close()
+
+
+async def test_recovery_reports_an_interrupted_report_tool_exactly_once(store: EventStore) -> None:
+    gate, counter = Gate(), Counter()
+    model = ScriptedModel([[{"tool": "charge", "input": {}}], [{"text": "It may have been charged."}]])
+    agent = Agent("a", "x", model, tools=[blocking_tool(gate, counter, "report")])
+    first = LocalSessions(store)
+    runner = await first.open("s-1", agent)
+    await runner.submit(SendInput("u-1", "pay"))
+    await asyncio.wait_for(gate.reached.wait(), TIMEOUT)
+    second, runner = await crash_and_reopen(store, agent, first)
+    try:
+        await runner.wait_for(lambda s: s.active is None, TIMEOUT)
+        assert len(counter.calls) == 1
+        charge = call(runner.state, "charge")
+        assert (charge.state, charge.error) == ("error", INTERRUPTED)
+        events = await store.read("s-1")
+        assert sum(1 for e in events if e.type == ai.TOOL_FAILED and e.payload.get("code") == "interrupted") == 1
+        assert runner.state.messages[-1].final_text == "It may have been charged."
+    finally:
+        await second.close()
+    third = LocalSessions(store)  # a second recovery adds nothing
+    try:
+        runner = await third.open("s-1", agent)
+        assert len(await store.read("s-1")) == len(events)
+    finally:
+        await third.close()
+
+
+async def test_recovery_runs_a_tool_that_was_scheduled_but_never_started(store: EventStore) -> None:
+    counter = Counter()
+    agent = Agent(
+        "a",
+        "x",
+        ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "ok"}]]),
+        tools=[cart_tool(counter)],
+    )
+    # The log a crash right after the model step leaves: the call is scheduled, nothing started.
+    await store.append(
+        "s-1",
+        [
+            Event("u-1", ai.INPUT, {"role": "user", "text": "one mug", "generate": True}),
+            Event("troupe:u-1:decided", ai.DECIDED, {"commandId": "u-1", "outcome": "applied"}),
+            Event("troupe:s-1#3", ai.TURN_STARTED, {"turnId": "t1", "inputIds": ["u-1"], "messageId": "troupe:t1"}),
+            Event("troupe:s-1#4", ai.STEP_STARTED, {"turnId": "t1", "stepId": "t1.1", "turnStep": 0, "sessionStep": 0}),
+            Event(
+                "troupe:s-1#5",
+                ai.STREAM,
+                {
+                    "stepId": "t1.1",
+                    "parts": [
+                        {"type": "tool-call", "id": "call-1-1-1", "name": "add_to_cart", "input": {"slug": "mug"}}
+                    ],
+                },
+            ),
+            Event(
+                "troupe:s-1#6",
+                ai.STEP_FINISHED,
+                {
+                    "stepId": "t1.1",
+                    "finishReason": "tool-calls",
+                    "toolCalls": [{"id": "call-1-1-1", "name": "add_to_cart"}],
+                },
+            ),
+        ],
+        expected_index=0,
+    )
+    local = LocalSessions(store)
+    try:
+        runner = await local.open("s-1", agent)
+        await runner.wait_for(lambda s: s.active is None, TIMEOUT)
+        assert counter.calls == [{"slug": "mug", "qty": 1}]
+        assert runner.state.messages[-1].final_text == "ok"
+    finally:
+        await local.close()
+
+
+async def test_recovery_reattaches_a_running_sub_agent(store: EventStore) -> None:
+    model = GatedModel("Resear", "ched.")
+    researcher = Agent("researcher", "Research.", model)
+    shop = Agent(
+        "shop",
+        "Shop.",
+        ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "look"}}], [{"text": "Thanks."}]]),
+        agents=[researcher],
+    )
+    first = LocalSessions(store)
+    runner = await first.open("s-1", shop)
+    await runner.submit(SendInput("u-1", "research"))
+    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await runner.wait_for(lambda s: "Resear" in str(call(s, "delegate_to_researcher").agent), TIMEOUT)
+    second, runner = await crash_and_reopen(store, shop, first)
+    try:
+        await runner.wait_for(lambda s: s.active is None, TIMEOUT)
+        delegate = call(runner.state, "delegate_to_researcher")
+        assert (delegate.state, delegate.output) == ("done", "Researched.")
+        assert delegate.agent is not None and delegate.agent.messages[-1].text == "Researched."
+        assert runner.state.messages[-1].final_text == "Thanks."
+        assert len(model.requests) == 2  # the child resumed from its own log: one restarted step
+    finally:
+        await second.close()

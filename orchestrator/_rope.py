@@ -39,6 +39,17 @@ class _Buffer:
             flat = self._flat
         return flat if size == len(flat) else flat[:size]
 
+    def read_range(self, start: int, stop: int) -> str:
+        """Characters ``start:stop``; reads only the pending chunks when they cover it."""
+        with _LOCK:
+            flat = self._flat
+            if start >= len(flat) and self._chunks:
+                pending = "".join(self._chunks)
+                return pending[start - len(flat) : stop - len(flat)]
+        if stop <= len(flat):
+            return flat[start:stop]
+        return self.read(stop)[start:]
+
     def grow(self, size: int, delta: str) -> _Buffer:
         """The buffer that holds this buffer's first ``size`` characters followed by ``delta``."""
         with _LOCK:
@@ -71,6 +82,10 @@ class Rope:
 
     def __str__(self) -> str:
         return self._buf.read(self._size)
+
+    def tail(self, start: int) -> str:
+        """The text from ``start`` on, without joining what comes before (for deltas)."""
+        return self._buf.read_range(start, self._size)
 
     def __len__(self) -> int:
         return self._size

@@ -67,6 +67,8 @@ class ChildResult:
     """Why it failed, otherwise."""
     code: str | None = None
     """``cancelled`` when it was stopped."""
+    final: ChildBatch | None = None
+    """A snapshot of the child's run as it ended (applied before the call's result)."""
 
 
 Deliver = Callable[[ChildBatch], Awaitable[None]]
@@ -114,9 +116,13 @@ class NestedForwarder:
         self.deliver = deliver
         self.last: int | None = None
 
+    def snapshot_batch(self, state: AIState, index: int) -> ChildBatch:
+        """The whole run as one batch."""
+        return ChildBatch(self.call_id, index, None, (action_to_wire(ApplyPart(run_snapshot(state))),))
+
     async def snapshot(self, state: AIState, index: int) -> None:
         """Send the whole run (on attach, and after a rewind)."""
-        batch = ChildBatch(self.call_id, index, None, (action_to_wire(ApplyPart(run_snapshot(state))),))
+        batch = self.snapshot_batch(state, index)
         self.last = index
         await self.deliver(batch)
 

@@ -8,6 +8,7 @@ across actors; the runner is the same.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.agent import Agent
@@ -65,7 +66,7 @@ class LocalChildren:
             state = await runner.wait_for(lambda s: child_result(s) is not None)
             result = child_result(state)
             assert result is not None
-            return result
+            return replace(result, final=forwarder.snapshot_batch(state, runner.log.index))
         finally:
             runner.listeners.remove(listen)  # type: ignore[arg-type]
 

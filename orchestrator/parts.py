@@ -80,6 +80,15 @@ class TextPart(_Frozen):
         """The text so far."""
         return str(self._text)
 
+    @property
+    def length(self) -> int:
+        """The text's length, without building the string."""
+        return len(self._text)
+
+    def text_from(self, start: int) -> str:
+        """The text from ``start`` on (a delta), without joining what comes before."""
+        return self._text.tail(start)
+
     def extended(self, delta: str) -> TextPart:
         """This part with ``delta`` appended (amortised O(len(delta)))."""
         part: TextPart = _new(TextPart)
@@ -204,6 +213,11 @@ class ToolPart(_Frozen):
         """The argument JSON streamed so far, or ``None`` once the complete input is known."""
         text = self._input_text
         return None if text is None else str(text)
+
+    @property
+    def input_rope(self) -> Rope | None:
+        """The streaming argument text as a rope (for deltas), or ``None``."""
+        return self._input_text
 
     @property
     def is_open(self) -> bool:

@@ -646,6 +646,10 @@ class SessionRunner:
             events.append(Event("", ai.CHILD_STARTED, {"callId": record.id, "sessionId": child_id, "agent": sub.name}))
         await self._append(events)
         result = await self.children.run(ChildRequest(self.session_id, record.id, child_id, sub, task), self.deliver)
+        if result.final is not None:
+            # The child's run as it ended, so the nested copy is complete when the call is done
+            # (its last live batch may travel on another channel and arrive later).
+            await self.deliver(result.final)
         if result.error is None:
             await self._append([Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": result.text})])
         else:
@@ -659,8 +663,9 @@ class SessionRunner:
         """
         async with self._lock:
             held = self._held.setdefault(batch.call_id, {})
-            if batch.prev is None:
-                held.clear()
+            if batch.prev is None:  # a snapshot supersedes whatever it covers, nothing after it
+                for key in [k for k, b in held.items() if b.seq <= batch.seq]:
+                    del held[key]
             held[batch.prev if batch.prev is not None else -1] = batch
             events = []
             record = self.log.state.tools.get(batch.call_id)

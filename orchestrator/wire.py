@@ -56,6 +56,8 @@ __all__ = [
     "parse_part",
     "parse_state",
     "part_from_wire",
+    "part_to_wire_message",
+    "run_status_to_wire",
     "part_to_wire",
     "state_to_wire",
     "unpack",
@@ -387,6 +389,23 @@ def action_to_wire(action: SessionAction) -> dict[str, Any]:
 _TOOL_STATES = _one_of("running", "awaiting-confirmation", "done", "error", "cancelled")
 _RUN_STATUS = _one_of("idle", "streaming", "error")
 _ROLE = _one_of("user", "assistant", "system")
+
+
+def part_to_wire_message(part: MessagePart, *, with_agent: bool = True) -> dict[str, Any]:
+    """The wire JSON of a message part (``with_agent=False`` leaves a nested run out)."""
+    if not with_agent and type(part) is ToolPart and part.agent is not None:
+        wire = _message_part_to_wire(part)
+        del wire["agent"]
+        return wire
+    return _message_part_to_wire(part)
+
+
+def run_status_to_wire(run: SessionState | NestedRun) -> dict[str, Any]:
+    """``{"status", "error"?}`` of a run."""
+    out: dict[str, Any] = {"status": run.status}
+    if run.error is not None:
+        out["error"] = _error_to_wire(run.error)
+    return out
 
 
 def _message_part_to_wire(part: MessagePart) -> dict[str, Any]:

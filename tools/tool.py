@@ -56,6 +56,8 @@ class Tool:
     """The parameter that receives the ``ToolContext``, if the function declares one."""
     parameters: JsonObject = field(default_factory=dict)
     """The input's JSON schema."""
+    _fields: dict[str, tuple[Any, Any, str | None]] = field(default_factory=dict, repr=False, compare=False)
+    """The resolved parameters (type, default, description), to rebuild the tool elsewhere."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A decorated module-level function is importable by name (the name holds this Tool);
@@ -64,7 +66,21 @@ class Tool:
         qualname = getattr(self.fn, "__qualname__", "")
         if module is not None and "<" not in qualname and _lookup(module, qualname) is self:
             return (_import_attr, (module.__name__, qualname))
-        return (_rebuild, (self.fn, self.name, self.description, self.recovery, self.needs_approval, self.timeout))
+        # The parameter types were resolved when the tool was built; ship them, not the hints
+        # (string annotations may not resolve where the tool is unpickled).
+        return (
+            _assemble,
+            (
+                self.fn,
+                self.name,
+                self.description,
+                self.recovery,
+                self.needs_approval,
+                self.timeout,
+                self.context_param,
+                self._fields,
+            ),
+        )
 
     @property
     def spec(self) -> ToolSpec:
@@ -173,19 +189,6 @@ def _import_attr(module: str, qualname: str) -> Any:
     return _lookup(importlib.import_module(module), qualname)
 
 
-def _rebuild(
-    fn: Callable[..., Any],
-    name: str,
-    description: str,
-    recovery: Recovery,
-    needs_approval: Approval,
-    timeout: float | None,
-) -> Tool:
-    return _build(
-        fn, name=name, description=description, recovery=recovery, needs_approval=needs_approval, timeout=timeout
-    )
-
-
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     """The summary and the per-argument descriptions of a Google-style docstring."""
     doc = inspect.getdoc(fn) or ""
@@ -254,21 +257,28 @@ def _build(
         if annotation is inspect.Parameter.empty:
             raise UsageError(f"tool {tool_name!r}: parameter {param.name!r} needs a type hint (it becomes the schema)")
         default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
-    model = create_model(f"{tool_name}_input", __config__=ConfigDict(extra="forbid"), **fields)
+        fields[param.name] = (annotation, default, arg_docs.get(param.name))
+    return _assemble(
+        fn, tool_name, description or summary or tool_name, recovery, needs_approval, timeout, context_param, fields
+    )
+
+
+def _assemble(
+    fn: Callable[..., Any],
+    name: str,
+    description: str,
+    recovery: Recovery,
+    needs_approval: Approval,
+    timeout: float | None,
+    context_param: str | None,
+    fields: dict[str, tuple[Any, Any, str | None]],
+) -> Tool:
+    """A ``Tool`` from resolved parameter types (also how a pickled tool is rebuilt elsewhere)."""
+    spec = {n: (annotation, Field(default, description=doc)) for n, (annotation, default, doc) in fields.items()}
+    model = create_model(f"{name}_input", __config__=ConfigDict(extra="forbid"), **spec)  # type: ignore[call-overload]
     schema = model.model_json_schema()
     schema.pop("title", None)
-    return Tool(
-        tool_name,
-        description or summary or tool_name,
-        fn,
-        model,
-        recovery,
-        needs_approval,
-        timeout,
-        context_param,
-        schema,
-    )
+    return Tool(name, description, fn, model, recovery, needs_approval, timeout, context_param, schema, fields)
 
 
 @overload

@@ -1,0 +1,460 @@
+"""The client: a ``Session`` handle that hides ``.remote()`` and ``ray.get`` behind async methods.
+
+Every method is safe to retry: commands carry ids (a resubmission replays), so when a host dies
+mid-call the client waits for it to restart and calls again. Subscriptions long-poll the host
+(one poll per host for every session this process subscribes to) and follow restarts too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import ray
+
+from orchestrator.aistate import AIState, Receipt
+from orchestrator.commands import (
+    EditInput,
+    MoveInput,
+    PauseSession,
+    RemoveInput,
+    Respond,
+    ResumeSession,
+    RetryTurn,
+    SendInput,
+    SendNow,
+)
+from orchestrator.contract import Reducer
+from orchestrator.errors import UsageError
+from orchestrator.events import Event
+from orchestrator.log import Snapshot
+from orchestrator.mutations import ClientView
+from orchestrator.parts import AgentMessage, Role
+from orchestrator.runner import TurnOutcome
+
+if TYPE_CHECKING:
+    from actors.runtime import Runtime
+
+__all__ = ["LiveView", "Mutation", "Queue", "Session", "StopResult", "Subscription", "Turn", "TurnResult"]
+
+T = TypeVar("T")
+_ACTOR_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+
+
+def new_id(prefix: str = "msg") -> str:
+    """A fresh id for a command or an input."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+class Mutation(dict[str, Any]):
+    """One change to a session (a dict in the wire shape), with ``.type`` and ``.index``."""
+
+    @property
+    def type(self) -> str:
+        """``message``, ``part``, ``delta``, ``status``, ``truncate``, ``turn``, ``interaction``, ``info``,
+        ``app`` or ``reset`` (re-read the snapshot)."""
+        return str(self.get("type"))
+
+    @property
+    def index(self) -> int:
+        """The log index of the event that produced it."""
+        return int(self.get("index", 0))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """How a prompt's turn ended."""
+
+    success: bool
+    """Whether the turn completed."""
+    outcome: str
+    """``completed``, ``failed``, ``stopped``, ``superseded``, ``handed-off`` or ``removed``."""
+    text: str
+    """The turn's final text."""
+    error: str | None = None
+    """Why it failed."""
+    turn_id: str = ""
+    """The turn that admitted the input."""
+
+
+@dataclass(frozen=True, slots=True)
+class StopResult:
+    """What ``stop()`` did."""
+
+    receipt: Receipt | None
+    """The stop's receipt (``None`` when no turn was active)."""
+    cancelled_queued_prompts: int
+    """Queued inputs the stop cancelled (steering for the stopped turn, or all with ``cancel_queued``)."""
+
+
+class Turn:
+    """A prompt in flight: ``await turn.finished`` resolves when its turn ends."""
+
+    def __init__(self, session: Session, input_id: str, receipt: Receipt | None) -> None:
+        self.session = session
+        self.id = input_id
+        self.receipt = receipt
+        self._finished: asyncio.Task[TurnResult] | None = None
+
+    @property
+    def finished(self) -> asyncio.Task[TurnResult]:
+        """Resolves to a ``TurnResult`` (success, error, text) once the turn has ended."""
+        if self._finished is None:
+            self._finished = asyncio.ensure_future(self._wait())
+        return self._finished
+
+    async def _wait(self) -> TurnResult:
+        outcome: TurnOutcome = await self.session._call("wait_input", self.id, 24 * 3600.0)
+        return TurnResult(outcome.success, outcome.outcome, outcome.text, outcome.error, outcome.turn_id)
+
+
+class Queue:
+    """Operations on a session's pending inputs (``session.queue``)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    async def edit(self, input_id: str, text: str, *, role: Role = "user", id: str | None = None) -> Receipt:
+        """Replace a pending input's content (``not-pending`` / ``role-mismatch`` otherwise)."""
+        return await self._session._command(EditInput(id or new_id("edit"), input_id, text, role))
+
+    async def move(self, input_id: str, before_id: str | None = None, *, id: str | None = None) -> Receipt:
+        """Move a pending input before ``before_id`` (``None``: to the end)."""
+        return await self._session._command(MoveInput(id or new_id("move"), input_id, before_id))
+
+    async def remove(self, input_id: str, *, id: str | None = None) -> Receipt:
+        """Remove a pending input."""
+        return await self._session._command(RemoveInput(id or new_id("remove"), input_id))
+
+    async def send_now(self, input_id: str, turn_id: str | None = None, *, id: str | None = None) -> Receipt:
+        """Hand a queued input off to the active (or the observed) turn."""
+        return await self._session._command(SendNow(id or new_id("sendnow"), input_id, turn_id))
+
+
+class Session:
+    """A handle on one session (cheap; create as many as you like)."""
+
+    def __init__(self, runtime: Runtime, session_id: str, agent_key: str) -> None:
+        if not session_id or "/" in session_id:
+            raise UsageError(
+                f"session id {session_id!r} is not valid: use a non-empty id without '/' ('/' joins sub-agent sessions)"
+            )
+        self.runtime = runtime
+        self.id = session_id
+        self.agent_key = agent_key
+        self.queue = Queue(self)
+
+    # -- calls -------------------------------------------------------------------------------------
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        router = self.runtime.router
+        await self.runtime._ready_agent(self.agent_key)
+        for attempt in range(200):
+            name = await router.place(self.id)
+            try:
+                return await getattr(router.host(name), method).remote(self.id, self.agent_key, *args)
+            except _ACTOR_ERRORS:
+                # The host died mid-call: wait for its restart and call again (calls are idempotent).
+                router.forget(self.id)
+                await router.wait_ready(name)
+                await asyncio.sleep(min(0.02 * attempt, 0.5))
+        raise TimeoutError(f"session {self.id}: its host did not come back")
+
+    async def _command(self, command: Any) -> Receipt:
+        receipt: Receipt | None = await self._call("command", command)
+        assert receipt is not None
+        return receipt
+
+    # -- inputs and controls -------------------------------------------------------------------------
+
+    async def send(self, text: str, *, id: str | None = None, role: Role = "user", generate: bool = True) -> Receipt:
+        """Put an input in the durable inbox (admitted one at a time; starts a turn when idle).
+
+        ``id`` is the input's message id; an identical resubmission replays (see idempotent_id).
+        """
+        return await self._command(SendInput(id or new_id(), text, role, generate))
+
+    async def prompt(self, text: str, *, id: str | None = None) -> Turn:
+        """``send`` a user message and return its ``Turn`` (``await turn.finished``)."""
+        input_id = id or new_id()
+        receipt = await self._command(SendInput(input_id, text))
+        turn = Turn(self, input_id, receipt)
+        _ = turn.finished  # start waiting now, so the outcome is never missed
+        return turn
+
+    async def steer(self, text: str, *, id: str | None = None, turn_id: str | None = None) -> Receipt:
+        """Redirect the active turn after its current response and tools (sends when none is active)."""
+        receipt: Receipt = await self._call("steer", id or new_id("steer"), text, turn_id)
+        return receipt
+
+    async def stop(self, *, cancel_queued: bool = False, id: str | None = None) -> StopResult:
+        """End the active turn now; open calls are cancelled. Returns how many queued prompts it cancelled."""
+        receipt, cancelled = await self._call("stop", id or new_id("stop"), cancel_queued)
+        return StopResult(receipt, cancelled)
+
+    async def retry(self, *, id: str | None = None) -> Receipt:
+        """Resume from the last finished tool call (supersedes a running turn)."""
+        return await self._command(RetryTurn(id or new_id("retry")))
+
+    async def pause(self, when: Literal["after-turn", "now"] = "after-turn", *, tree: bool = True) -> Receipt:
+        """Pause this session (and, with ``tree``, its running sub-agents)."""
+        receipt = await self._command(PauseSession(new_id("pause"), when))
+        if tree:
+            await self.runtime.supervisor.control_tree.remote(self.id, "pause", when)
+        return receipt
+
+    async def resume(self, *, tree: bool = True) -> Receipt:
+        """Resume this session (and its paused sub-agents)."""
+        if tree:
+            await self.runtime.supervisor.control_tree.remote(self.id, "resume")
+        return await self._command(ResumeSession(new_id("resume")))
+
+    async def respond(self, interaction_id: str, approved: bool, *, reason: str | None = None) -> Receipt:
+        """Answer an approval."""
+        return await self._command(Respond(new_id("respond"), interaction_id, approved, reason))
+
+    async def push(self, *events: Event | tuple[str, dict[str, Any]]) -> int:
+        """Append app events (trusted: this is server code). Returns the log index after them."""
+        built = [e if isinstance(e, Event) else Event(new_id("evt"), e[0], e[1]) for e in events]
+        index: int = await self._call("push", built, True)
+        return index
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    async def state(self, reducer: Reducer[Any] | None = None, *, through: int | None = None) -> Snapshot:
+        """The session's state and the log index it reflects (any reducer, at any point)."""
+        if reducer is not None:
+            events = await self.runtime.store.read(self.id, after=0, limit=through)
+            return Snapshot(reducer.replay(events), events[-1].index if events else 0)  # type: ignore[arg-type]
+        if through is not None:
+            state, index = await self._call("state_at", through)
+            return Snapshot(state, index)
+        state, index = await self._call("snapshot")
+        return Snapshot(state, index)
+
+    async def messages(self) -> list[AgentMessage]:
+        """The conversation."""
+        snapshot = await self.state()
+        return list(snapshot.state.messages)
+
+    async def info(self) -> dict[str, Any]:
+        """Executing, paused, queued inputs and the active turn."""
+        from orchestrator.mutations import info_of
+
+        snapshot = await self.state()
+        return {**info_of(snapshot.state), "index": snapshot.index}
+
+    def subscribe(self) -> Subscription:
+        """Mutations of this session from now on, each with its ``.index``.
+
+        Subscribe first, then read the snapshot, then drop mutations whose index the snapshot
+        already holds (``LiveView`` does exactly that).
+        """
+        return self.runtime._subscribe(self)
+
+    async def live(self) -> LiveView:
+        """A local copy of the conversation kept current (subscribe, then snapshot)."""
+        view = LiveView(self)
+        await view.start()
+        return view
+
+
+class Subscription:
+    """An async iterator over one session's mutations."""
+
+    def __init__(self, session: Session, release: Callable[[Subscription], None]) -> None:
+        self.session = session
+        self.queue: asyncio.Queue[list[Mutation] | None] = asyncio.Queue()
+        self.registered = asyncio.Event()
+        self.cursor = -1
+        self._release = release
+
+    async def ready(self, timeout: float = 30.0) -> int:
+        """Wait until the host has registered this subscription; returns the index it starts after.
+
+        Read the snapshot after this: everything after the returned index is delivered.
+        """
+        await asyncio.wait_for(self.registered.wait(), timeout)
+        return self.cursor
+
+    def feed(self, mutations: list[Mutation]) -> None:
+        """Called by the poller with a batch."""
+        self.queue.put_nowait(mutations)
+
+    async def batches(self) -> AsyncIterator[list[Mutation]]:
+        """The mutations in the batches the host sent (cheaper than one at a time)."""
+        while True:
+            batch = await self.queue.get()
+            if batch is None:
+                return
+            yield batch
+
+    def __aiter__(self) -> AsyncIterator[Mutation]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Mutation]:
+        async for batch in self.batches():
+            for mutation in batch:
+                yield mutation
+
+    def close(self) -> None:
+        """Stop receiving."""
+        self._release(self)
+        self.queue.put_nowait(None)
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LiveView:
+    """Subscribe, then snapshot, then merge: a local ``SessionState`` that stays current."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.view = ClientView()
+        self.state: AIState | None = None
+        self.changed = asyncio.Event()
+        self._subscription: Subscription | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []
+
+    async def start(self) -> None:
+        """Subscribe first, then load the snapshot, then apply what arrived after it."""
+        self._subscription = self.session.subscribe()
+        await self._subscription.ready()
+        await self._snapshot()
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _snapshot(self) -> None:
+        snapshot = await self.session.state()
+        self.state = snapshot.state
+        self.view = ClientView.of(snapshot.state.session, snapshot.index)
+
+    async def _run(self) -> None:
+        assert self._subscription is not None
+        async for batch in self._subscription.batches():
+            if any(m.type == "reset" for m in batch):
+                await self._snapshot()
+            else:
+                self.view.apply_batch(batch)
+            for listener in self.listeners:
+                result = listener(batch)
+                if asyncio.iscoroutine(result):
+                    await result
+            self.changed.set()
+
+    async def wait_for(self, predicate: Callable[[ClientView], bool], timeout: float | None = None) -> ClientView:
+        """Wait until the local view satisfies ``predicate``."""
+
+        async def wait() -> ClientView:
+            while not predicate(self.view):
+                self.changed.clear()
+                await self.changed.wait()
+            return self.view
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def close(self) -> None:
+        """Stop following the session."""
+        if self._subscription is not None:
+            self._subscription.close()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref
+
+
+class Poller:
+    """One long poll per host, for every session this process subscribes to on it."""
+
+    def __init__(self, runtime: Runtime, host: str) -> None:
+        self.runtime = runtime
+        self.host = host
+        self.cursors: dict[str, int] = {}
+        self.subscribers: dict[str, list[Subscription]] = {}
+        self.task: asyncio.Task[None] | None = None
+        self.wake = asyncio.Event()
+
+    def add(self, subscription: Subscription) -> None:
+        session_id = subscription.session.id
+        self.subscribers.setdefault(session_id, []).append(subscription)
+        cursor = self.cursors.setdefault(session_id, -1)
+        if cursor >= 0:  # the session is already polled: this subscriber starts after `cursor`
+            subscription.cursor = cursor
+            subscription.registered.set()
+        self.wake.set()
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
+
+    def remove(self, subscription: Subscription) -> None:
+        session_id = subscription.session.id
+        subs = self.subscribers.get(session_id, [])
+        if subscription in subs:
+            subs.remove(subscription)
+        if not subs:
+            self.subscribers.pop(session_id, None)
+            self.cursors.pop(session_id, None)
+
+    async def _run(self) -> None:
+        router = self.runtime.router
+        while self.subscribers:
+            cursors = dict(self.cursors)
+            self.wake.clear()
+            fresh = any(c < 0 for c in cursors.values())
+            polled: asyncio.Future[Any] | None = None
+            woken: asyncio.Future[Any] | None = None
+            try:
+                ref = router.host(self.host).poll.remote(cursors, 0.0 if fresh else 5.0)
+                polled = asyncio.ensure_future(_awaited(ref))
+                woken = asyncio.ensure_future(self.wake.wait())
+                done, _ = await asyncio.wait({polled, woken}, return_when=asyncio.FIRST_COMPLETED)
+                if polled not in done:
+                    # A new subscriber: poll again with its cursor (the host keeps what we skip).
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref)
+                    continue
+                reply: dict[str, tuple[int, list[dict[str, Any]]]] = polled.result()
+            except _ACTOR_ERRORS:
+                await router.wait_ready(self.host)
+                for session_id in self.cursors:  # the restarted host has no ring: re-snapshot
+                    for sub in self.subscribers.get(session_id, []):
+                        sub.feed([Mutation(type="reset", index=0)])
+                    self.cursors[session_id] = -1
+                continue
+            except asyncio.CancelledError:
+                return
+            finally:
+                for future in (polled, woken):
+                    if future is not None and not future.done():
+                        future.cancel()
+                if polled is not None and polled.done() and not polled.cancelled():
+                    polled.exception()  # retrieved: a late error after cancellation is not news
+            for session_id, (cursor, mutations) in reply.items():
+                if session_id not in self.cursors:
+                    continue
+                if self.cursors[session_id] < 0 and cursors.get(session_id, 0) >= 0:
+                    continue  # a reset happened while this poll was in flight: its cursor is stale
+                self.cursors[session_id] = cursor
+                batch = [Mutation(m) for m in mutations]
+                for sub in self.subscribers.get(session_id, []):
+                    if not sub.registered.is_set():
+                        sub.cursor = cursor
+                        sub.registered.set()
+                    if batch:
+                        sub.feed(batch)
+
+    async def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task

@@ -1,0 +1,432 @@
+"""``SessionHost``: a long-lived Ray actor that hosts many sessions as virtual actors.
+
+Each session is a ``SessionRunner`` (its fold, its mailbox, its run loop), activated on its first
+command and deactivated after ``idle_timeout`` of quiet (its state stays in the store). Commands
+for one session run strictly one at a time (the runner's lock); sessions run concurrently.
+
+A host is restartable: a crash re-runs ``__init__``, and ``recover`` re-activates the sessions
+it had (listed in the store), each of which recovers its own unfinished work. In ``dedicated``
+placement a host holds exactly one session at a time.
+
+Every method is safe to call more than once (Ray may retry, or a caller may repeat after a
+failure): commands are idempotent by id, deliveries by sequence number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import structlog
+
+from actors.hub import MutationHub
+from actors.registry import AgentRegistry
+from actors.router import Router
+from orchestrator.agent import Agent
+from orchestrator.aistate import AIState
+from orchestrator.children import ChildBatch, ChildRequest, ChildResult, NestedForwarder, child_result
+from orchestrator.commands import Command, PauseSession, ResumeSession, SendInput, StopTurn
+from orchestrator.errors import UsageError
+from orchestrator.events import Event
+from orchestrator.local import task_input_id
+from orchestrator.log import Applied
+from orchestrator.mutations import diff
+from orchestrator.plan import next_effect
+from orchestrator.runner import SessionRunner
+from orchestrator.store import open_store
+from orchestrator.wire import pack, unpack
+
+__all__ = ["HostOptions", "SessionHost"]
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class HostOptions:
+    """How a host runs its sessions (shipped to the actor when it is created)."""
+
+    store: str
+    """The event store URL every host shares."""
+    namespace: str
+    """The Ray namespace."""
+    placement: str = "pooled"
+    """``pooled`` or ``dedicated``."""
+    idle_timeout: float = 300.0
+    """Seconds of quiet before a session deactivates."""
+    flush_interval: float = 0.004
+    """Seconds a stream part may wait before its batch is written."""
+    flush_parts: int = 256
+    """Parts that force a flush."""
+    poll_linger: float = 0.002
+    """How long a long poll lingers after the first mutation, to gather a burst."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Options for tests (e.g. the host list in pooled mode)."""
+
+
+@dataclass
+class _Hosted:
+    runner: SessionRunner
+    agent_key: str
+    last_state: AIState
+    idle: asyncio.TimerHandle | None = None
+    busy: int = 0
+
+
+class SessionHost:
+    """Hosts sessions (see the module docstring). Plain class; ``actors.options`` makes it an actor."""
+
+    def __init__(self, name: str, options: HostOptions) -> None:
+        self.name = name
+        self.options = options
+        self.store = open_store(options.store)
+        self.registry = AgentRegistry(self.store)
+        self.hub = MutationHub(linger=options.poll_linger)
+        self.hosted: dict[str, _Hosted] = {}
+        self._opening: dict[str, asyncio.Future[_Hosted]] = {}
+        self.router = Router(
+            options.namespace,
+            options.extra.get("hosts", [name]),
+            options.placement,
+            children=options.extra.get("children", "spread"),
+        )
+        self._forwarders: dict[tuple[str, str], Any] = {}
+        self._directory_dirty = False
+        self._directory_task: asyncio.Task[None] | None = None
+        self.started = time.time()
+        self.log = log.bind(host=name)
+        self._boot: asyncio.Task[list[str]] | None = None
+        with contextlib.suppress(RuntimeError):  # no running loop: a plain (test) instance
+            # After a crash Ray re-runs __init__: re-activate what this host had, at once.
+            self._boot = asyncio.get_running_loop().create_task(self.recover())
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    async def ready(self) -> dict[str, Any]:
+        """Who and where this host is (also: a call that waits until the actor is up)."""
+        import ray
+
+        return {"name": self.name, "node": ray.get_runtime_context().get_node_id(), "started": self.started}
+
+    async def watch(self) -> None:
+        """Never returns: the supervisor awaits it to learn when this host dies."""
+        await asyncio.Event().wait()
+
+    async def stats(self) -> dict[str, Any]:
+        """Active sessions and this process's memory."""
+        import resource
+
+        return {
+            "name": self.name,
+            "active": len(self.hosted),
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        }
+
+    # -- activation ---------------------------------------------------------------------------------
+
+    async def _hosted(self, session_id: str, agent_key: str) -> _Hosted:
+        hosted = self.hosted.get(session_id)
+        if hosted is not None:
+            return hosted
+        opening = self._opening.get(session_id)
+        if opening is not None:
+            return await opening
+        future: asyncio.Future[_Hosted] = asyncio.get_running_loop().create_future()
+        self._opening[session_id] = future
+        try:
+            agent = await self.registry.get(agent_key)
+            runner = await SessionRunner.open(
+                self.store,
+                session_id,
+                agent,
+                children=self._children(agent_key),
+                flush_interval=self.options.flush_interval,
+                flush_parts=self.options.flush_parts,
+                start=False,
+            )
+            hosted = _Hosted(runner, agent_key, runner.state)
+            runner.listeners.append(self._listener(session_id, hosted))
+            self.hosted[session_id] = hosted
+            self._mark_directory()
+            await runner.start()
+            self._touch(session_id)
+            future.set_result(hosted)
+            return hosted
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: the waiters re-raise it
+            raise
+        finally:
+            del self._opening[session_id]
+
+    def _listener(self, session_id: str, hosted: _Hosted) -> Any:
+        hub = self.hub
+
+        async def listen(applied: Sequence[Applied], state: AIState, index: int) -> None:
+            if hub.interested(session_id):
+                hub.publish(session_id, index, diff(hosted.last_state, state, index))
+            else:
+                hub.note_index(session_id, index)
+            hosted.last_state = state
+            self._touch(session_id)
+
+        return listen
+
+    def _touch(self, session_id: str) -> None:
+        hosted = self.hosted.get(session_id)
+        if hosted is None:
+            return
+        if hosted.idle is not None:
+            hosted.idle.cancel()
+        hosted.idle = asyncio.get_running_loop().call_later(self.options.idle_timeout, self._maybe_deactivate, session_id)
+
+    def _maybe_deactivate(self, session_id: str) -> None:
+        hosted = self.hosted.get(session_id)
+        if hosted is None:
+            return
+        runner = hosted.runner
+        busy = hosted.busy or runner._step is not None or runner._tools or next_effect(runner.state, runner.limits) is not None
+        if busy or self.hub.interested(session_id):
+            self._touch(session_id)
+            return
+        asyncio.ensure_future(self.deactivate(session_id))
+
+    async def deactivate(self, session_id: str) -> bool:
+        """Close a session's runner; its state stays in the store. ``False`` if it was not active."""
+        hosted = self.hosted.pop(session_id, None)
+        if hosted is None:
+            return False
+        if hosted.idle is not None:
+            hosted.idle.cancel()
+        with contextlib.suppress(Exception):
+            await hosted.runner.log.save_snapshot()
+        await hosted.runner.close()
+        self.hub.forget(session_id)
+        self._mark_directory()
+        return True
+
+    async def deactivate_idle(self) -> int:
+        """Deactivate every session that has nothing to do now (tests and memory checks)."""
+        count = 0
+        for session_id in list(self.hosted):
+            hosted = self.hosted[session_id]
+            runner = hosted.runner
+            if not hosted.busy and runner._step is None and not runner._tools and next_effect(runner.state, runner.limits) is None:
+                count += await self.deactivate(session_id)
+        return count
+
+    # -- the directory this host keeps in the store (for its own restart) --------------------------
+
+    def _mark_directory(self) -> None:
+        self._directory_dirty = True
+        if self._directory_task is None or self._directory_task.done():
+            self._directory_task = asyncio.ensure_future(self._save_directory())
+
+    async def _save_directory(self) -> None:
+        await asyncio.sleep(0.05)  # debounce: one write for a burst of activations
+        while self._directory_dirty:
+            self._directory_dirty = False
+            entries = {sid: h.agent_key for sid, h in self.hosted.items()}
+            await self.store.save_snapshot(f"troupe:host:{self.name}", "directory", 0, pack(entries))
+            with contextlib.suppress(Exception):
+                await self.router.report(self.name, entries)
+
+    async def recover(self) -> list[str]:
+        """Re-activate the sessions this host had before it restarted (they recover their work)."""
+        snapshot = await self.store.load_snapshot(f"troupe:host:{self.name}", "directory")
+        if snapshot is None:
+            return []
+        entries: dict[str, str] = unpack(snapshot.data)
+        for session_id, agent_key in entries.items():
+            try:
+                await self._hosted(session_id, agent_key)
+            except Exception as error:
+                self.log.warning("recover_failed", session_id=session_id, error=str(error))
+        return list(entries)
+
+    async def sessions(self) -> dict[str, str]:
+        """Active sessions and their agent keys."""
+        return {sid: h.agent_key for sid, h in self.hosted.items()}
+
+    # -- the session API ------------------------------------------------------------------------------
+
+    async def register_agent(self, key: str, data: bytes) -> None:
+        """Store an agent definition (idempotent)."""
+        await self.registry.register(key, data)
+
+    async def command(self, session_id: str, agent_key: str, command: Command) -> Any:
+        """Decide and apply ``command``; returns its receipt (or ``None`` when nothing was written)."""
+        hosted = await self._hosted(session_id, agent_key)
+        decision = await hosted.runner.submit(command)
+        self._touch(session_id)
+        return decision.receipt
+
+    async def commands(self, session_id: str, agent_key: str, commands: list[Command]) -> list[Any]:
+        """Several commands, in order, in one call."""
+        hosted = await self._hosted(session_id, agent_key)
+        receipts = [(await hosted.runner.submit(c)).receipt for c in commands]
+        self._touch(session_id)
+        return receipts
+
+    async def steer(self, session_id: str, agent_key: str, input_id: str, text: str, turn_id: str | None) -> Any:
+        """Steer the turn the caller observed (default: the one active now), or send when none is."""
+        hosted = await self._hosted(session_id, agent_key)
+        active = hosted.runner.state.active
+        observed = turn_id if turn_id is not None else (active.id if active is not None else None)
+        decision = await hosted.runner.submit(SendInput(input_id, text, steer=observed))
+        return decision.receipt
+
+    async def stop(self, session_id: str, agent_key: str, command_id: str, cancel_queued: bool) -> tuple[Any, int]:
+        """Stop the active turn; returns the receipt and how many queued inputs it cancelled."""
+        hosted = await self._hosted(session_id, agent_key)
+        state = hosted.runner.state
+        active = state.active
+        if active is None:
+            return None, 0
+        items = state.inbox.items
+        cancelled = len(items) if cancel_queued else sum(1 for i in items if i.after_step_of == active.id)
+        decision = await hosted.runner.submit(StopTurn(command_id, active.id, cancel_queued))
+        return decision.receipt, cancelled if decision.applied else 0
+
+    async def push(self, session_id: str, agent_key: str, events: list[Event], trusted: bool) -> int:
+        """Append app events; returns the log index after them."""
+        hosted = await self._hosted(session_id, agent_key)
+        await hosted.runner.push(events, trusted=trusted)
+        return hosted.runner.log.index
+
+    async def snapshot(self, session_id: str, agent_key: str) -> tuple[AIState, int]:
+        """The session's state and the index it reflects."""
+        hosted = await self._hosted(session_id, agent_key)
+        return hosted.runner.state, hosted.runner.log.index
+
+    async def state_at(self, session_id: str, agent_key: str, through: int | None) -> tuple[Any, int]:
+        """The fold through ``through`` (the whole log when ``None``)."""
+        hosted = await self._hosted(session_id, agent_key)
+        return await hosted.runner.log.state_at(through=through)
+
+    async def poll(self, cursors: dict[str, int], timeout: float) -> dict[str, tuple[int, list[dict[str, Any]]]]:
+        """Long poll: mutations after each cursor (see ``MutationHub.poll``)."""
+        index_of = {sid: h.runner.log.index for sid, h in self.hosted.items() if sid in cursors}
+        return await self.hub.poll(cursors, timeout, index_of)
+
+    async def wait_input(self, session_id: str, agent_key: str, input_id: str, timeout: float) -> Any:
+        """How the turn that admits ``input_id`` ended (what ``Turn.finished`` resolves to)."""
+        hosted = await self._hosted(session_id, agent_key)
+        hosted.busy += 1
+        try:
+            return await hosted.runner.wait_input(input_id, timeout=timeout)
+        finally:
+            hosted.busy -= 1
+
+    # -- sub-agents -----------------------------------------------------------------------------------
+
+    def _children(self, agent_key: str) -> Any:
+        from actors.children import RayChildren
+
+        return RayChildren(self, agent_key)
+
+    async def child_run(self, request: ChildRequest, root_key: str, parent_host: str) -> ChildResult:
+        """Run (or re-attach to) a child session, streaming its batches to the parent's host."""
+        child_key = f"{root_key}#{request.agent.name}"
+        hosted = await self._child_hosted(request, root_key, child_key)
+        runner = hosted.runner
+
+        deliver = self._deliverer(parent_host, request.parent_id)
+        forwarder = NestedForwarder(request.call_id, deliver)
+
+        async def listen(applied: Sequence[Applied], state: AIState, index: int) -> None:
+            await forwarder.forward(applied, state, index)
+
+        # A re-attach (the parent recovered) replaces the forwarder of the earlier attach.
+        previous = self._forwarders.pop((request.child_id, request.call_id), None)
+        if previous is not None:
+            with contextlib.suppress(ValueError):
+                runner.listeners.remove(previous)
+        self._forwarders[(request.child_id, request.call_id)] = listen
+        runner.listeners.append(listen)
+        hosted.busy += 1
+        try:
+            await forwarder.snapshot(runner.state, runner.log.index)
+            task_id = task_input_id(request.child_id)
+            if runner.state.turns == 0 and runner.state.inbox.get(task_id) is None and task_id not in runner.state.pending:
+                await runner.submit(SendInput(task_id, request.task))
+            if runner.state.inbox.paused:
+                await runner.submit(ResumeSession(_command_id()))
+            state = await runner.wait_for(lambda s: child_result(s) is not None)
+            result = child_result(state)
+            assert result is not None
+            return replace(result, final=forwarder.snapshot_batch(state, runner.log.index))
+        finally:
+            hosted.busy -= 1
+            with contextlib.suppress(ValueError):
+                runner.listeners.remove(listen)
+            if self._forwarders.get((request.child_id, request.call_id)) is listen:
+                del self._forwarders[(request.child_id, request.call_id)]
+            self._touch(request.child_id)
+
+    async def _child_hosted(self, request: ChildRequest, root_key: str, child_key: str) -> _Hosted:
+        hosted = self.hosted.get(request.child_id)
+        if hosted is not None:
+            return hosted
+        if child_key not in self.registry._cache:
+            root = await self.registry.get(root_key)
+            sub = root.find(request.agent.name)
+            if sub is None:
+                sub = request.agent if isinstance(request.agent, Agent) else None
+            if sub is None:
+                raise UsageError(f"agent {root_key!r} has no sub-agent {request.agent.name!r}")
+            self.registry.put(child_key, sub)
+        return await self._hosted(request.child_id, child_key)
+
+    def _deliverer(self, parent_host: str, parent_id: str) -> Any:
+        if parent_host == self.name:
+
+            async def local(batch: ChildBatch) -> None:
+                hosted = self.hosted.get(parent_id)
+                if hosted is not None:
+                    await hosted.runner.deliver(batch)
+
+            return local
+        router = self.router
+
+        async def remote(batch: ChildBatch) -> None:
+            # Fire and forget: batches carry sequence numbers, and a lost one is healed by the
+            # snapshot the child sends when the parent re-attaches.
+            router.host(parent_host).deliver.remote(parent_id, batch)
+
+        return remote
+
+    async def deliver(self, session_id: str, batch: ChildBatch) -> None:
+        """A child's batch for session ``session_id`` (a parent hosted here)."""
+        hosted = self.hosted.get(session_id)
+        if hosted is not None:
+            await hosted.runner.deliver(batch)
+
+    async def control(self, session_id: str, action: str, when: str = "now") -> None:
+        """Stop, pause or resume a session that is active here (a parent's cascade)."""
+        hosted = self.hosted.get(session_id)
+        if hosted is None:
+            return
+        command: Command
+        if action == "stop":
+            command = StopTurn(_command_id())
+        elif action == "pause":
+            command = PauseSession(_command_id(), "now" if when == "now" else "after-turn")
+        else:
+            command = ResumeSession(_command_id())
+        await hosted.runner.submit(command)
+
+    async def shutdown(self) -> None:
+        """Close every session (used when a runtime that owns this host exits)."""
+        for session_id in list(self.hosted):
+            await self.deactivate(session_id)
+        await self.store.close()
+
+
+def _command_id() -> str:
+    import uuid
+
+    return f"cmd-{uuid.uuid4().hex}"

@@ -1,0 +1,103 @@
+"""Where a session lives: routing session ids to hosts.
+
+In ``pooled`` placement a session's host is chosen by rendezvous hashing over the runtime's host
+names (stable across processes, and a host that restarts keeps its name, so nothing moves). In
+``dedicated`` placement the supervisor assigns each session a host of its own from a warm pool,
+and the router caches what it said.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from actors.options import SUPERVISOR_NAME
+
+__all__ = ["Router", "rendezvous"]
+
+
+def rendezvous(key: str, hosts: Sequence[str]) -> str:
+    """The host with the highest hash score for ``key`` (highest-random-weight hashing)."""
+    best, best_score = hosts[0], -1
+    for host in hosts:
+        score = int.from_bytes(hashlib.blake2b(f"{host}|{key}".encode(), digest_size=8).digest(), "big")
+        if score > best_score:
+            best, best_score = host, score
+    return best
+
+
+def root_of(session_id: str) -> str:
+    """A sub-agent session's root session (``parent/call/call`` -> ``parent``)."""
+    return session_id.split("/", 1)[0]
+
+
+class Router:
+    """Host handles by name, and the placement of sessions on them."""
+
+    def __init__(self, namespace: str, hosts: Sequence[str], placement: str, *, children: str = "spread") -> None:
+        self.namespace = namespace
+        self.hosts = list(hosts)
+        self.placement = placement
+        self.children = children
+        self._handles: dict[str, Any] = {}
+        self._placed: dict[str, str] = {}
+        self._supervisor: Any = None
+
+    def host(self, name: str) -> Any:
+        """The actor handle of host ``name``."""
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = self._handles[name] = ray.get_actor(name, namespace=self.namespace)
+        return handle
+
+    @property
+    def supervisor(self) -> Any:
+        """The supervisor's handle."""
+        if self._supervisor is None:
+            self._supervisor = ray.get_actor(SUPERVISOR_NAME, namespace=self.namespace)
+        return self._supervisor
+
+    def place_now(self, session_id: str) -> str | None:
+        """The host of ``session_id`` if it is known without asking anyone."""
+        placed = self._placed.get(session_id)
+        if placed is not None:
+            return placed
+        if self.placement == "pooled" and self.hosts:
+            key = root_of(session_id) if self.children == "local" else session_id
+            return rendezvous(key, self.hosts)
+        return None
+
+    async def place(self, session_id: str) -> str:
+        """The host of ``session_id`` (dedicated placement asks the supervisor once)."""
+        known = self.place_now(session_id)
+        if known is not None:
+            return known
+        name: str = await self.supervisor.assign.remote(session_id)
+        self._placed[session_id] = name
+        return name
+
+    def forget(self, session_id: str) -> None:
+        """Drop a cached placement (the session moved or its host is gone)."""
+        self._placed.pop(session_id, None)
+
+    async def report(self, host: str, entries: dict[str, str]) -> None:
+        """Tell the supervisor which sessions a host has active (fire and forget)."""
+        self.supervisor.report.remote(host, entries)
+
+    async def wait_ready(self, name: str, *, attempts: int = 200, delay: float = 0.05) -> None:
+        """Wait until host ``name`` answers (it may be restarting)."""
+        for _ in range(attempts):
+            try:
+                await self.host(name).ready.remote()
+                return
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                self._handles.pop(name, None)
+                await asyncio.sleep(delay)
+            except ValueError:  # not registered (yet)
+                self._handles.pop(name, None)
+                await asyncio.sleep(delay)
+        raise TimeoutError(f"host {name!r} did not come back")

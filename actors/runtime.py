@@ -1,0 +1,308 @@
+"""``Runtime``: start (or join) Ray, run the session hosts and the supervisor, hand out sessions.
+
+::
+
+    async with Runtime(store="sqlite:///troupe.db") as rt:   # local Ray; address="auto" joins a cluster
+        session = rt.session("s-1", agent=shopper)
+        turn = await session.prompt("Add two mugs to the cart")
+        result = await turn.finished
+
+A runtime shuts down only what it started: the Ray it started itself (``ray.shutdown``), and the
+actors it created in its namespace. Joining a cluster (``address=...``) creates hosts that are
+detached, so sessions outlive the driver; a second driver in the same namespace reuses them.
+For scripts and notebooks, ``Runtime.sync(...)`` gives the same API without ``await``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import ray
+import structlog
+
+from actors.client import Poller, Session, Subscription
+from actors.host import HostOptions, SessionHost
+from actors.options import DEFAULT_NAMESPACE, SUPERVISOR_NAME, host_actor, host_name, supervisor_actor
+from actors.registry import agent_blob
+from actors.router import Router
+from actors.supervisor import Supervisor
+from orchestrator.agent import Agent
+from orchestrator.errors import UsageError
+from orchestrator.store import open_store
+from orchestrator.store.base import EventStore
+
+__all__ = ["Runtime", "SyncRuntime"]
+
+log = structlog.get_logger()
+T = TypeVar("T")
+
+
+def _absolute_store(url: str) -> str:
+    """Every host process must open the same file: make a relative SQLite path absolute."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
+        return prefix + str(Path(url[len(prefix) :]).resolve())
+    if url.startswith("memory://"):
+        raise UsageError(
+            "store='memory://' cannot be shared by Ray actors (each process would have its own); "
+            "use store='sqlite:///troupe.db' (the default) or a PostgreSQL URL"
+        )
+    return url
+
+
+class Runtime:
+    """The Ray runtime (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: str = "sqlite:///troupe.db",
+        *,
+        address: str | None = None,
+        placement: Literal["pooled", "dedicated"] = "pooled",
+        namespace: str | None = None,
+        hosts_per_node: int | None = None,
+        idle_timeout: float = 300.0,
+        flush_interval: float = 0.004,
+        flush_parts: int = 256,
+        children: Literal["spread", "local"] = "spread",
+        warm: int = 2,
+        ray_options: dict[str, Any] | None = None,
+    ) -> None:
+        if placement not in ("pooled", "dedicated"):
+            raise UsageError(f"placement must be 'pooled' or 'dedicated', not {placement!r}")
+        self.store_url = _absolute_store(store)
+        self.address = address
+        self.placement = placement
+        self.namespace = namespace or DEFAULT_NAMESPACE
+        self.hosts_per_node = hosts_per_node
+        self.idle_timeout = idle_timeout
+        self.flush_interval = flush_interval
+        self.flush_parts = flush_parts
+        self.children = children
+        self.warm = warm
+        self.ray_options = dict(ray_options or {})
+        self.host_names: list[str] = []
+        self.router: Router = Router(self.namespace, [], placement)
+        self.supervisor: Any = None
+        self.store: EventStore = open_store(self.store_url)
+        self._started_ray = False
+        self._created: list[Any] = []
+        self._agents: dict[int, tuple[str, bytes, Agent]] = {}
+        self._registered: set[str] = set()
+        self._pollers: dict[str, Poller] = {}
+        self._options: HostOptions | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start or join Ray, then create (or find) the hosts and the supervisor."""
+        if not ray.is_initialized():
+            options = {"include_dashboard": False, "log_to_driver": False, **self.ray_options}
+            ray.init(address=self.address, namespace=self.namespace, **options)
+            self._started_ray = True
+        detached = self.address is not None
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        per_node = self.hosts_per_node or max(2, int(min(n["Resources"].get("CPU", 1) for n in nodes)))
+        names: list[tuple[str, str]] = []
+        if self.placement == "pooled":
+            for node in nodes:
+                for i in range(per_node):
+                    names.append((host_name(node["NodeID"], i), node["NodeID"]))
+        self.host_names = [n for n, _ in names]
+        self._options = HostOptions(
+            store=self.store_url,
+            namespace=self.namespace,
+            placement=self.placement,
+            idle_timeout=self.idle_timeout,
+            flush_interval=self.flush_interval,
+            flush_parts=self.flush_parts,
+            extra={"hosts": self.host_names, "children": self.children},
+        )
+        self.router = Router(self.namespace, self.host_names, self.placement, children=self.children)
+        handles = []
+        for name, node_id in names:
+            existed = _exists(name, self.namespace)
+            handle = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=node_id, detached=detached).remote(
+                name, self._options
+            )
+            if not existed:
+                self._created.append(handle)
+            handles.append(handle)
+        await asyncio.gather(*(h.ready.remote() for h in handles))
+        existed = _exists(SUPERVISOR_NAME, self.namespace)
+        self.supervisor = supervisor_actor(Supervisor, namespace=self.namespace, detached=detached).remote(
+            self.namespace, self.host_names, self.placement, self._options, self.warm
+        )
+        if not existed:
+            self._created.append(self.supervisor)
+        await self.supervisor.start.remote()
+        log.info("runtime_started", namespace=self.namespace, hosts=len(self.host_names), placement=self.placement)
+
+    async def close(self) -> None:
+        """Stop what this runtime started (and nothing else)."""
+        for poller in self._pollers.values():
+            await poller.close()
+        self._pollers.clear()
+        if self._created and ray.is_initialized():
+            with contextlib.suppress(Exception):
+                await self.supervisor.shutdown.remote()
+            hosts = [h for h in self._created if h is not self.supervisor]
+            dedicated = []
+            with contextlib.suppress(Exception):
+                info = await self.supervisor.info.remote()
+                dedicated = [n for n in info["hosts"] if n not in self.host_names]
+            for name in dedicated:
+                with contextlib.suppress(Exception):
+                    hosts.append(ray.get_actor(name, namespace=self.namespace))
+            await asyncio.gather(*(h.shutdown.remote() for h in hosts), return_exceptions=True)
+            for handle in [*hosts, self.supervisor]:
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
+        self._created.clear()
+        await self.store.close()
+        if self._started_ray:
+            ray.shutdown()
+            self._started_ray = False
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    def session(self, session_id: str, *, agent: Agent) -> Session:
+        """A handle on session ``session_id`` running ``agent`` (created on its first command)."""
+        if not isinstance(agent, Agent):
+            raise UsageError(f"rt.session(..., agent=...) needs an Agent, got {type(agent).__name__}")
+        known = self._agents.get(id(agent))
+        if known is None:
+            key, data = agent_blob(agent)
+            known = self._agents[id(agent)] = (key, data, agent)
+        return Session(self, session_id, known[0])
+
+    async def _ready_agent(self, key: str) -> None:
+        if key in self._registered:
+            return
+        for agent_key, data, _ in self._agents.values():
+            if agent_key == key:
+                name = await self.router.place("troupe:agents")
+                await self.router.host(name).register_agent.remote(key, data)
+                self._registered.add(key)
+                return
+
+    def _subscribe(self, session: Session) -> Subscription:
+        name = self.router.place_now(session.id)
+        subscription = Subscription(session, self._unsubscribe)
+        if name is None:
+            asyncio.ensure_future(self._subscribe_later(session, subscription))
+        else:
+            self._poller(name).add(subscription)
+        return subscription
+
+    async def _subscribe_later(self, session: Session, subscription: Subscription) -> None:
+        name = await self.router.place(session.id)
+        self._poller(name).add(subscription)
+
+    def _poller(self, host: str) -> Poller:
+        poller = self._pollers.get(host)
+        if poller is None:
+            poller = self._pollers[host] = Poller(self, host)
+        return poller
+
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        for poller in self._pollers.values():
+            poller.remove(subscription)
+
+    # -- operations --------------------------------------------------------------------------------
+
+    async def hosts(self) -> list[Any]:
+        """The handles of every pooled host (for inspection and tests)."""
+        return [self.router.host(n) for n in self.host_names]
+
+    async def deactivate_idle(self) -> int:
+        """Deactivate every session with nothing to do (memory checks, tests)."""
+        counts = await asyncio.gather(*(h.deactivate_idle.remote() for h in await self.hosts()))
+        return sum(counts)
+
+    @classmethod
+    def sync(cls, store: str = "sqlite:///troupe.db", **options: Any) -> SyncRuntime:
+        """The same runtime for code without an event loop (scripts, notebooks)."""
+        return SyncRuntime(cls(store, **options))
+
+
+def _exists(name: str, namespace: str) -> bool:
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
+class SyncRuntime:
+    """``Runtime`` without ``await``: it runs its own event loop on a background thread."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="troupe-runtime", daemon=True)
+        self._thread.start()
+        self.run(runtime.start())
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the runtime's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def session(self, session_id: str, *, agent: Agent) -> SyncSession:
+        """A blocking session handle."""
+        return SyncSession(self, self.runtime.session(session_id, agent=agent))
+
+    def close(self) -> None:
+        """Stop the runtime and its loop."""
+        self.run(self.runtime.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> SyncRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncSession:
+    """``Session`` without ``await``; ``prompt`` waits for the turn and returns its result."""
+
+    def __init__(self, runtime: SyncRuntime, session: Session) -> None:
+        self._runtime = runtime
+        self.session = session
+        self.id = session.id
+
+    def prompt(self, text: str, **options: Any) -> Any:
+        """Send and wait for the turn's result (success, error, text)."""
+
+        async def go() -> Any:
+            turn = await self.session.prompt(text, **options)
+            return await turn.finished
+
+        return self._runtime.run(go())
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.session, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = method(*args, **kwargs)
+            return self._runtime.run(result) if asyncio.iscoroutine(result) else result
+
+        return call
+
+

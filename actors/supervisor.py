@@ -1,0 +1,193 @@
+"""``Supervisor``: one named, detached actor per namespace, watching the hosts.
+
+It keeps the directory of live sessions (id -> host, parent, node), reported by the hosts. It
+learns a host died because the ``watch`` call it keeps open on every host fails (no polling);
+it then waits for Ray to restart the host (same name, possibly another node) and tells it to
+``recover``: the host re-activates its sessions, and each session recovers its own unfinished
+work from its log. ``pause`` / ``resume`` reach one session or a whole tree (a session and its
+running descendants, whose ids are ``<parent>/<call id>``). In ``dedicated`` placement it also
+assigns each session a host of its own from a warm pool.
+
+If the supervisor itself dies, Ray restarts it; ``__init__`` re-reads the layout it was given,
+and ``rebuild`` asks every host which sessions it has (the hosts keep that list in the store).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+import structlog
+
+from actors.options import host_actor
+from actors.router import Router
+
+__all__ = ["Supervisor"]
+
+log = structlog.get_logger()
+_ACTOR_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+
+
+class Supervisor:
+    """The directory, host watching and recovery, tree pause/resume (see the module docstring)."""
+
+    def __init__(self, namespace: str, hosts: Sequence[str], placement: str, host_options: Any, warm: int = 2) -> None:
+        self.namespace = namespace
+        self.hosts = list(hosts)
+        self.placement = placement
+        self.host_options = host_options
+        self.warm = warm
+        self.router = Router(namespace, hosts, placement)
+        self.directory: dict[str, dict[str, Any]] = {}
+        self.by_host: dict[str, set[str]] = {}
+        self.recoveries: list[dict[str, Any]] = []
+        self._watching: dict[str, asyncio.Task[None]] = {}
+        self._pool: list[str] = []
+        self._assigned: dict[str, str] = {}
+        self._filling: asyncio.Task[None] | None = None
+        self.started = time.time()
+        self._starting: asyncio.Task[dict[str, Any]] | None = None
+        with contextlib.suppress(RuntimeError):  # no running loop: a plain (test) instance
+            # A restarted supervisor rebuilds its directory and watches the hosts again by itself.
+            self._starting = asyncio.get_running_loop().create_task(self.start())
+
+    # -- watching -----------------------------------------------------------------------------------
+
+    async def start(self) -> dict[str, Any]:
+        """Start watching every host and rebuild the directory (idempotent)."""
+        for name in self.hosts:
+            self._watch(name)
+        await self.rebuild()
+        if self.placement == "dedicated":
+            await self._fill_pool()
+        return {"hosts": len(self.hosts), "sessions": len(self.directory)}
+
+    def _watch(self, name: str) -> None:
+        task = self._watching.get(name)
+        if task is None or task.done():
+            self._watching[name] = asyncio.ensure_future(self._watch_host(name))
+
+    async def _watch_host(self, name: str) -> None:
+        while True:
+            try:
+                await self.router.host(name).watch.remote()
+            except _ACTOR_ERRORS as error:
+                died = time.monotonic()
+                log.warning("host_died", host=name, error=type(error).__name__)
+                self.router._handles.pop(name, None)
+                try:
+                    await self.router.wait_ready(name)
+                    recovered = await self.router.host(name).recover.remote()
+                except Exception as failure:  # keep watching: the next restart gets another try
+                    log.error("host_recovery_failed", host=name, error=str(failure))
+                    await asyncio.sleep(0.5)
+                    continue
+                self.recoveries.append(
+                    {"host": name, "sessions": len(recovered), "seconds": round(time.monotonic() - died, 3)}
+                )
+                log.info("host_recovered", host=name, sessions=len(recovered))
+            except ValueError:  # the host does not exist (yet)
+                await asyncio.sleep(0.2)
+
+    async def rebuild(self) -> int:
+        """Rebuild the directory from what every host says it has active."""
+        for name in self.hosts + list(self._assigned.values()):
+            with contextlib.suppress(*_ACTOR_ERRORS, ValueError):
+                entries = await self.router.host(name).sessions.remote()
+                await self.report(name, entries)
+        return len(self.directory)
+
+    # -- the directory ---------------------------------------------------------------------------------
+
+    async def report(self, host: str, entries: dict[str, str]) -> None:
+        """A host's current active sessions (replaces what it reported before)."""
+        previous = self.by_host.get(host, set())
+        current = set(entries)
+        for session_id in previous - current:
+            if self.directory.get(session_id, {}).get("host") == host:
+                del self.directory[session_id]
+        for session_id, agent in entries.items():
+            parent = session_id.rsplit("/", 1)[0] if "/" in session_id else None
+            self.directory[session_id] = {"host": host, "agent": agent, "parent": parent}
+        self.by_host[host] = current
+
+    async def where(self, session_id: str) -> dict[str, Any] | None:
+        """The directory entry of a live session."""
+        return self.directory.get(session_id)
+
+    async def tree(self, session_id: str) -> list[str]:
+        """A session and its live descendants."""
+        prefix = session_id + "/"
+        return [session_id, *sorted(s for s in self.directory if s.startswith(prefix))]
+
+    async def info(self) -> dict[str, Any]:
+        """What the supervisor knows."""
+        return {
+            "hosts": self.hosts,
+            "placement": self.placement,
+            "sessions": len(self.directory),
+            "recoveries": list(self.recoveries),
+            "pool": len(self._pool),
+        }
+
+    # -- dedicated placement ----------------------------------------------------------------------------
+
+    async def assign(self, session_id: str) -> str:
+        """The host of ``session_id``; in dedicated placement, one of its own from the warm pool."""
+        if self.placement != "dedicated":
+            placed = self.router.place_now(session_id)
+            assert placed is not None
+            return placed
+        name = self._assigned.get(session_id)
+        if name is not None:
+            return name
+        if not self._pool:
+            await self._start_host()
+        name = self._pool.pop(0)
+        self._assigned[session_id] = name
+        self._schedule_fill()
+        return name
+
+    def _schedule_fill(self) -> None:
+        if self._filling is None or self._filling.done():
+            self._filling = asyncio.ensure_future(self._fill_pool())
+
+    async def _fill_pool(self) -> None:
+        while len(self._pool) < self.warm:
+            await self._start_host()
+
+    async def _start_host(self) -> None:
+        from actors.host import SessionHost
+
+        name = f"troupe-dedicated-{uuid.uuid4().hex[:12]}"
+        actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=None, detached=False)
+        handle = actor.remote(name, self.host_options)
+        await handle.ready.remote()  # a warm host has imported everything before it is needed
+        self.router._handles[name] = handle
+        self._pool.append(name)
+        self.hosts.append(name)
+        self._watch(name)
+
+    # -- pause and resume -------------------------------------------------------------------------------
+
+    async def control_tree(self, session_id: str, action: str, when: str = "now") -> list[str]:
+        """Pause, resume or stop ``session_id``'s live descendants (the session itself is the caller's)."""
+        touched = []
+        for child in (await self.tree(session_id))[1:]:
+            entry = self.directory.get(child)
+            if entry is None:
+                continue
+            with contextlib.suppress(*_ACTOR_ERRORS):
+                await self.router.host(entry["host"]).control.remote(child, action, when)
+                touched.append(child)
+        return touched
+
+    async def shutdown(self) -> None:
+        """Stop watching (the runtime that created the hosts is exiting)."""
+        for task in self._watching.values():
+            task.cancel()

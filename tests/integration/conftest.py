@@ -1,0 +1,46 @@
+"""Integration tests share one local Ray per test session; each test gets its own namespace and store."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import ray
+from ray import cloudpickle
+
+from actors.runtime import Runtime
+
+from . import helpers
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+# Test-defined models and tools travel to the hosts by value (the workers need not import tests/).
+cloudpickle.register_pickle_by_value(helpers)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_session() -> Iterator[None]:
+    temp = tempfile.mkdtemp(prefix="troupe-ray-")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp, namespace="troupe-tests")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'troupe.db'}"
+
+
+@pytest.fixture
+async def runtime(store_url: str) -> AsyncIterator[Runtime]:
+    rt = Runtime(store=store_url, namespace=f"t-{uuid.uuid4().hex[:8]}", hosts_per_node=2)
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.close()

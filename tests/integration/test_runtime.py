@@ -1,0 +1,282 @@
+"""The Ray runtime for real: hosts, sub-agents across actors, the supervisor, crashes and pauses."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from actors.client import Session
+from actors.runtime import Runtime
+from orchestrator import builtin as ai
+from orchestrator.agent import Agent
+from orchestrator.aistate import AIState
+from orchestrator.fold import INTERRUPTED, fold_events
+from orchestrator.mutations import ClientView
+from orchestrator.parts import AgentMessage, NestedRun, ToolPart
+from orchestrator.testing import ScriptedModel
+
+from .helpers import CrashingModel, Gate, count_lines, crashing_tool, delegating, gated_model
+
+TIMEOUT = 60
+
+
+def tool_parts(messages: Any) -> Iterator[ToolPart]:
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolPart):
+                yield part
+
+
+def call(messages: Any, name: str) -> ToolPart:
+    return next(p for p in tool_parts(messages) if p.name == name)
+
+
+async def host_of(rt: Runtime, session_id: str) -> Any:
+    return rt.router.host(await rt.router.place(session_id))
+
+
+async def wait_state(session: Session, predicate: Any, timeout: float = TIMEOUT) -> AIState:
+    async def wait() -> AIState:
+        live = await session.live()
+        try:
+            while True:
+                snapshot = await session.state()
+                if predicate(snapshot.state):
+                    return snapshot.state
+                live.changed.clear()
+                await asyncio.wait_for(live.changed.wait(), 2.0) if not predicate(snapshot.state) else None
+        finally:
+            await live.close()
+
+    return await asyncio.wait_for(wait(), timeout)
+
+
+def assert_nested_two_levels(messages: Any, priced: str = "Mugs cost 4.99.") -> None:
+    research = call(messages, "delegate_to_researcher")
+    assert (research.state, research.output) == ("done", "The mug is 4.99.")
+    assert isinstance(research.agent, NestedRun) and research.agent.status == "idle"
+    pricing = call(research.agent.messages, "delegate_to_pricer")
+    assert (pricing.state, pricing.output) == ("done", priced)
+    assert pricing.agent is not None and pricing.agent.messages[-1].final_text == priced
+    if priced == "Mugs cost 4.99.":  # the scripted pricer looks the price up first
+        assert call(pricing.agent.messages, "lookup_price").output == "4.99"
+
+
+# -- scale and nesting ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_fifty_sessions_delegating_two_levels_deep(runtime: Runtime) -> None:
+    agent = delegating()
+
+    async def one(i: int) -> tuple[Session, Any]:
+        session = runtime.session(f"s-{i}", agent=agent)
+        live = await session.live()
+        turn = await session.prompt("compare prices")
+        result = await asyncio.wait_for(turn.finished, TIMEOUT)
+        assert result.success, result
+        await live.wait_for(lambda v: v.state.status == "idle" and v.index > 0, TIMEOUT)
+        return session, live
+
+    done = await asyncio.gather(*(one(i) for i in range(50)))
+    for session, live in done:
+        snapshot = await session.state()
+        assert_nested_two_levels(snapshot.state.messages)
+        # The live view built from mutations alone matches the session's state...
+        await live.wait_for(lambda v, s=snapshot: v.index >= s.index, TIMEOUT)
+        assert live.view.state.messages == snapshot.state.messages
+        await live.close()
+        # ...and the logs replay to it, the parent's and every sub-agent's.
+        log = await runtime.store.read(session.id)
+        assert fold_events(log) == snapshot.state
+        research = call(snapshot.state.messages, "delegate_to_researcher")
+        child = fold_events(await runtime.store.read(f"{session.id}/{research.id}"))
+        assert research.agent is not None and child.messages == research.agent.messages
+
+
+async def test_a_session_streams_and_its_turn_resolves(runtime: Runtime) -> None:
+    agent = Agent("a", "x", ScriptedModel([[{"text": "Hello there.", "chunk": 3}]], per_turn=True))
+    session = runtime.session("one", agent=agent)
+    subscription = session.subscribe()
+    start = await subscription.ready()
+    turn = await session.prompt("hi")
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert (result.success, result.text) == (True, "Hello there.")
+    view = ClientView()  # the subscription alone rebuilds the conversation: it started before the turn
+    async for mutation in subscription:
+        assert mutation.index > start
+        view.apply_batch([mutation])
+        if mutation.type == "turn" and mutation["turn"] is None:
+            break
+    subscription.close()
+    assert [m.text for m in view.state.messages] == ["hi", "Hello there."]
+    info = await session.info()
+    assert info["executing"] is False and info["lastTurn"]["outcome"] == "completed"
+
+
+# -- crashes -----------------------------------------------------------------------------------------------
+
+MODES = ["exit", "kill"]
+
+
+async def crash(rt: Runtime, session_id: str, gate: Any, mode: str) -> None:
+    """Kill the session's host: it either exits inside the step, or the test kills it at the gate."""
+    if mode == "kill":
+        await asyncio.wait_for(gate.wait_reached.remote(), TIMEOUT)
+        ray.kill(await host_of(rt, session_id), no_restart=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_crash_during_a_model_step_restarts_the_step(runtime: Runtime, tmp_path: Path, mode: str) -> None:
+    gate = Gate.remote()
+    marker = str(tmp_path / "attempts")
+    agent = Agent("a", "x", CrashingModel("Hel", "lo.", marker, mode="gate" if mode == "kill" else "exit", gate=gate))
+    session = runtime.session("crash-step", agent=agent)
+    turn = await session.prompt("hi")
+    await crash(runtime, session.id, gate, mode)
+    queued = await session.prompt("and then?")
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert (result.success, result.text) == (True, "Hello.")  # rolled back and replayed, not "HelHello."
+    assert (await asyncio.wait_for(queued.finished, TIMEOUT)).success  # no accepted input is lost
+    events = await runtime.store.read(session.id)
+    assert any(e.type == ai.STEP_SUPERSEDED and e.payload.get("reason") == "recovered" for e in events)
+    assert (await session.state()).state.messages[1].text == "Hello."
+
+
+def tool_agent(name: str, marker: str, recovery: str, mode: str, gate: Any) -> Agent:
+    return Agent(
+        "a",
+        "x",
+        ScriptedModel([[{"tool": name, "input": {}}], [{"text": "Finished."}]], per_turn=True),
+        tools=[crashing_tool(name, marker, recovery=recovery, mode="gate" if mode == "kill" else "exit", gate=gate)],
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_crash_during_a_rerun_tool_runs_it_again(runtime: Runtime, tmp_path: Path, mode: str) -> None:
+    gate, marker = Gate.remote(), tmp_path / "runs"
+    session = runtime.session("crash-rerun", agent=tool_agent("sync_inventory", str(marker), "rerun", mode, gate))
+    turn = await session.prompt("sync")
+    await crash(runtime, session.id, gate, mode)
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert (result.success, result.text) == (True, "Finished.")
+    runs = marker.read_text().splitlines()
+    assert len(runs) == 2 and runs[0].split()[0] == runs[1].split()[0]  # same call id: an idempotency key
+    state = (await session.state()).state
+    assert call(state.messages, "sync_inventory").output == "sync_inventory done"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_crash_during_a_report_tool_reports_it_once(runtime: Runtime, tmp_path: Path, mode: str) -> None:
+    gate, marker = Gate.remote(), tmp_path / "runs"
+    session = runtime.session("crash-report", agent=tool_agent("charge_card", str(marker), "report", mode, gate))
+    turn = await session.prompt("pay")
+    await crash(runtime, session.id, gate, mode)
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert result.success
+    assert count_lines(marker) == 1  # it ran exactly once
+    state = (await session.state()).state
+    charge = call(state.messages, "charge_card")
+    assert (charge.state, charge.error) == ("error", INTERRUPTED)
+    events = await runtime.store.read(session.id)
+    assert sum(1 for e in events if e.type == ai.TOOL_FAILED and e.payload.get("code") == "interrupted") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_crash_during_a_running_sub_agent(runtime: Runtime, tmp_path: Path, mode: str) -> None:
+    gate, marker = Gate.remote(), str(tmp_path / "attempts")
+    pricer = CrashingModel("Mugs cost ", "4.99.", marker, mode="gate" if mode == "kill" else "exit", gate=gate)
+    agent = delegating(pricer_model=pricer)
+    session = runtime.session("crash-child", agent=agent)
+    turn = await session.prompt("compare")
+    if mode == "kill":
+        await asyncio.wait_for(gate.wait_reached.remote(), TIMEOUT)
+        state = (await session.state()).state
+        research = call(state.messages, "delegate_to_researcher")
+        grandchild = f"{session.id}/{research.id}/"
+        hosts = {n for n in runtime.host_names}
+        # Kill the host that runs the pricer (the grandchild), wherever it was placed.
+        for name in hosts:
+            sessions = await runtime.router.host(name).sessions.remote()
+            if any(s.startswith(grandchild) for s in sessions):
+                ray.kill(runtime.router.host(name), no_restart=False)
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert (result.success, result.text) == (True, "It is 4.99.")
+    state = (await session.state()).state
+    research = call(state.messages, "delegate_to_researcher")
+    assert research.state == "done" and research.output == "The mug is 4.99."
+    assert research.agent is not None
+    pricing = call(research.agent.messages, "delegate_to_pricer")
+    assert pricing.output == "Mugs cost 4.99."
+    assert pricing.agent is not None and pricing.agent.messages[-1].text == "Mugs cost 4.99."
+
+
+# -- pause and resume on a tree ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_pause_now_and_resume_a_tree_of_three(runtime: Runtime) -> None:
+    gate = Gate.remote()
+    agent = delegating(pricer_model=gated_model(gate, "Mugs cost 4.99."))
+    session = runtime.session("tree-now", agent=agent)
+    turn = await session.prompt("compare")
+    await asyncio.wait_for(gate.wait_reached.remote(), TIMEOUT)
+    await session.pause("now")
+    state = await wait_state(session, lambda s: s.active is not None and s.active.phase == "paused")
+    research = call(state.messages, "delegate_to_researcher")
+    child_id = f"{session.id}/{research.id}"
+    directory = await runtime.supervisor.tree.remote(session.id)
+    assert child_id in directory and len(directory) == 3
+    for sid in directory:
+        entry = await runtime.supervisor.where.remote(sid)
+        snap, _ = await runtime.router.host(entry["host"]).snapshot.remote(sid, entry["agent"])
+        assert snap.inbox.paused, sid
+    await gate.open.remote()
+    await session.resume()
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert result.success and result.text == "It is 4.99."
+    # The pricer's cut step was rolled back and ran again from the start ("waiting " once).
+    assert_nested_two_levels((await session.state()).state.messages, "waiting Mugs cost 4.99.")
+
+
+@pytest.mark.slow
+async def test_pause_after_turn_on_a_tree_lets_the_turn_finish_and_holds_the_next(runtime: Runtime) -> None:
+    gate = Gate.remote()
+    agent = delegating(pricer_model=gated_model(gate, "Mugs cost 4.99."))
+    session = runtime.session("tree-after", agent=agent)
+    turn = await session.prompt("compare")
+    await asyncio.wait_for(gate.wait_reached.remote(), TIMEOUT)
+    await session.pause("after-turn")
+    await gate.open.remote()
+    assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
+    second = await session.prompt("again")
+    state = await wait_state(session, lambda s: s.inbox.paused and len(s.inbox.items) == 1)
+    assert state.active is None
+    await session.resume()
+    assert (await asyncio.wait_for(second.finished, TIMEOUT)).success
+
+
+# -- deactivation ----------------------------------------------------------------------------------------------
+
+
+async def test_an_idle_session_deactivates_and_reactivates_with_its_state(runtime: Runtime) -> None:
+    agent = Agent("a", "x", ScriptedModel([[{"text": "one"}], [{"text": "two"}]]))
+    session = runtime.session("sleepy", agent=agent)
+    assert (await (await session.prompt("first")).finished).success
+    host = await host_of(runtime, session.id)
+    assert session.id in await host.sessions.remote()
+    assert await runtime.deactivate_idle() >= 1
+    assert session.id not in await host.sessions.remote()
+    result = await (await session.prompt("second")).finished
+    assert result.text == "two"
+    messages: list[AgentMessage] = await session.messages()
+    assert [m.text for m in messages] == ["first", "one", "second", "two"]

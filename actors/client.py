@@ -37,7 +37,7 @@ from orchestrator.parts import AgentMessage, Role
 from orchestrator.runner import TurnOutcome
 
 if TYPE_CHECKING:
-    from actors.runtime import Runtime
+    from actors.base import BaseRuntime as Runtime
 
 __all__ = ["LiveView", "Mutation", "Queue", "Session", "StopResult", "Subscription", "Turn", "TurnResult"]
 
@@ -55,8 +55,11 @@ class Mutation(dict[str, Any]):
 
     @property
     def type(self) -> str:
-        """``message``, ``part``, ``delta``, ``status``, ``truncate``, ``turn``, ``interaction``, ``info``,
-        ``app`` or ``reset`` (re-read the snapshot)."""
+        """The kind of change (``reset`` means: re-read the snapshot).
+
+        One of ``message``, ``part``, ``delta``, ``status``, ``truncate``, ``turn``,
+        ``interaction``, ``info``, ``app`` or ``reset``.
+        """
         return str(self.get("type"))
 
     @property
@@ -151,18 +154,8 @@ class Session:
     # -- calls -------------------------------------------------------------------------------------
 
     async def _call(self, method: str, *args: Any) -> Any:
-        router = self.runtime.router
         await self.runtime._ready_agent(self.agent_key)
-        for attempt in range(200):
-            name = await router.place(self.id)
-            try:
-                return await getattr(router.host(name), method).remote(self.id, self.agent_key, *args)
-            except _ACTOR_ERRORS:
-                # The host died mid-call: wait for its restart and call again (calls are idempotent).
-                router.forget(self.id)
-                await router.wait_ready(name)
-                await asyncio.sleep(min(0.02 * attempt, 0.5))
-        raise TimeoutError(f"session {self.id}: its host did not come back")
+        return await self.runtime.transport.call(self.id, method, self.agent_key, *args)
 
     async def _command(self, command: Any) -> Receipt:
         receipt: Receipt | None = await self._call("command", command)
@@ -204,13 +197,13 @@ class Session:
         """Pause this session (and, with ``tree``, its running sub-agents)."""
         receipt = await self._command(PauseSession(new_id("pause"), when))
         if tree:
-            await self.runtime.supervisor.control_tree.remote(self.id, "pause", when)
+            await self.runtime.transport.control_tree(self.id, "pause", when)
         return receipt
 
     async def resume(self, *, tree: bool = True) -> Receipt:
         """Resume this session (and its paused sub-agents)."""
         if tree:
-            await self.runtime.supervisor.control_tree.remote(self.id, "resume")
+            await self.runtime.transport.control_tree(self.id, "resume", "now")
         return await self._command(ResumeSession(new_id("resume")))
 
     async def respond(self, interaction_id: str, approved: bool, *, reason: str | None = None) -> Receipt:
@@ -370,10 +363,6 @@ class LiveView:
                 await self._task
 
 
-async def _awaited(ref: Any) -> Any:
-    return await ref
-
-
 class Poller:
     """One long poll per host, for every session this process subscribes to on it."""
 
@@ -406,7 +395,7 @@ class Poller:
             self.cursors.pop(session_id, None)
 
     async def _run(self) -> None:
-        router = self.runtime.router
+        transport = self.runtime.transport
         while self.subscribers:
             cursors = dict(self.cursors)
             self.wake.clear()
@@ -414,18 +403,17 @@ class Poller:
             polled: asyncio.Future[Any] | None = None
             woken: asyncio.Future[Any] | None = None
             try:
-                ref = router.host(self.host).poll.remote(cursors, 0.0 if fresh else 5.0)
-                polled = asyncio.ensure_future(_awaited(ref))
+                reply_soon, cancel = transport.poll(self.host, cursors, 0.0 if fresh else 5.0)
+                polled = asyncio.ensure_future(reply_soon)
                 woken = asyncio.ensure_future(self.wake.wait())
                 done, _ = await asyncio.wait({polled, woken}, return_when=asyncio.FIRST_COMPLETED)
                 if polled not in done:
                     # A new subscriber: poll again with its cursor (the host keeps what we skip).
-                    with contextlib.suppress(Exception):
-                        ray.cancel(ref)
+                    cancel()
                     continue
                 reply: dict[str, tuple[int, list[dict[str, Any]]]] = polled.result()
             except _ACTOR_ERRORS:
-                await router.wait_ready(self.host)
+                await transport.wait_ready(self.host)
                 for session_id in self.cursors:  # the restarted host has no ring: re-snapshot
                     for sub in self.subscribers.get(session_id, []):
                         sub.feed([Mutation(type="reset", index=0)])

@@ -35,7 +35,6 @@ from orchestrator.events import Event
 from orchestrator.local import task_input_id
 from orchestrator.log import Applied
 from orchestrator.mutations import diff
-from orchestrator.plan import next_effect
 from orchestrator.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.wire import pack, unpack
@@ -94,6 +93,7 @@ class SessionHost:
             children=options.extra.get("children", "spread"),
         )
         self._forwarders: dict[tuple[str, str], Any] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
         self._directory_dirty = False
         self._directory_task: asyncio.Task[None] | None = None
         self.started = time.time()
@@ -107,9 +107,12 @@ class SessionHost:
 
     async def ready(self) -> dict[str, Any]:
         """Who and where this host is (also: a call that waits until the actor is up)."""
-        import ray
+        node = None
+        if not self.options.extra.get("local"):
+            import ray
 
-        return {"name": self.name, "node": ray.get_runtime_context().get_node_id(), "started": self.started}
+            node = ray.get_runtime_context().get_node_id()
+        return {"name": self.name, "node": node, "started": self.started}
 
     async def watch(self) -> None:
         """Never returns: the supervisor awaits it to learn when this host dies."""
@@ -167,7 +170,13 @@ class SessionHost:
 
         async def listen(applied: Sequence[Applied], state: AIState, index: int) -> None:
             if hub.interested(session_id):
-                hub.publish(session_id, index, diff(hosted.last_state, state, index))
+                # Event by event, so a step's start, its parts and its finish keep their order.
+                mutations: list[dict[str, Any]] = []
+                previous = hosted.last_state
+                for item in applied:
+                    mutations.extend(diff(previous, item.state, item.event.index))
+                    previous = item.state
+                hub.publish(session_id, index, mutations)
             else:
                 hub.note_index(session_id, index)
             hosted.last_state = state
@@ -181,18 +190,23 @@ class SessionHost:
             return
         if hosted.idle is not None:
             hosted.idle.cancel()
-        hosted.idle = asyncio.get_running_loop().call_later(self.options.idle_timeout, self._maybe_deactivate, session_id)
+        loop = asyncio.get_running_loop()
+        hosted.idle = loop.call_later(self.options.idle_timeout, self._maybe_deactivate, session_id)
 
     def _maybe_deactivate(self, session_id: str) -> None:
         hosted = self.hosted.get(session_id)
         if hosted is None:
             return
-        runner = hosted.runner
-        busy = hosted.busy or runner._step is not None or runner._tools or next_effect(runner.state, runner.limits) is not None
-        if busy or self.hub.interested(session_id):
+        if not self._idle(hosted) or self.hub.interested(session_id):
             self._touch(session_id)
             return
-        asyncio.ensure_future(self.deactivate(session_id))
+        self._tasks.add(asyncio.ensure_future(self.deactivate(session_id)))
+
+    @staticmethod
+    def _idle(hosted: _Hosted) -> bool:
+        """Nothing running and nothing to do: the session can leave memory."""
+        runner = hosted.runner
+        return not hosted.busy and runner.idle_now()
 
     async def deactivate(self, session_id: str) -> bool:
         """Close a session's runner; its state stays in the store. ``False`` if it was not active."""
@@ -212,9 +226,7 @@ class SessionHost:
         """Deactivate every session that has nothing to do now (tests and memory checks)."""
         count = 0
         for session_id in list(self.hosted):
-            hosted = self.hosted[session_id]
-            runner = hosted.runner
-            if not hosted.busy and runner._step is None and not runner._tools and next_effect(runner.state, runner.limits) is None:
+            if self._idle(self.hosted[session_id]):
                 count += await self.deactivate(session_id)
         return count
 
@@ -231,8 +243,9 @@ class SessionHost:
             self._directory_dirty = False
             entries = {sid: h.agent_key for sid, h in self.hosted.items()}
             await self.store.save_snapshot(f"troupe:host:{self.name}", "directory", 0, pack(entries))
-            with contextlib.suppress(Exception):
-                await self.router.report(self.name, entries)
+            if not self.options.extra.get("local"):
+                with contextlib.suppress(Exception):
+                    await self.router.report(self.name, entries)
 
     async def recover(self) -> list[str]:
         """Re-activate the sessions this host had before it restarted (they recover their work)."""
@@ -351,7 +364,8 @@ class SessionHost:
         try:
             await forwarder.snapshot(runner.state, runner.log.index)
             task_id = task_input_id(request.child_id)
-            if runner.state.turns == 0 and runner.state.inbox.get(task_id) is None and task_id not in runner.state.pending:
+            state = runner.state
+            if state.turns == 0 and state.inbox.get(task_id) is None and task_id not in state.pending:
                 await runner.submit(SendInput(task_id, request.task))
             if runner.state.inbox.paused:
                 await runner.submit(ResumeSession(_command_id()))

@@ -14,10 +14,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 __all__ = [
     "DEFAULT_NAMESPACE",
     "HOST_CONCURRENCY",
+    "SUPERVISOR_NAME",
     "host_actor",
     "host_name",
     "supervisor_actor",
-    "SUPERVISOR_NAME",
 ]
 
 DEFAULT_NAMESPACE = "troupe"

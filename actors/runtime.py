@@ -25,12 +25,13 @@ from typing import Any, Literal, TypeVar
 import ray
 import structlog
 
-from actors.client import Poller, Session, Subscription
+from actors.base import BaseRuntime
+from actors.client import Session
 from actors.host import HostOptions, SessionHost
 from actors.options import DEFAULT_NAMESPACE, SUPERVISOR_NAME, host_actor, host_name, supervisor_actor
-from actors.registry import agent_blob
 from actors.router import Router
 from actors.supervisor import Supervisor
+from actors.transport import RayTransport
 from orchestrator.agent import Agent
 from orchestrator.errors import UsageError
 from orchestrator.store import open_store
@@ -55,7 +56,7 @@ def _absolute_store(url: str) -> str:
     return url
 
 
-class Runtime:
+class Runtime(BaseRuntime):
     """The Ray runtime (see the module docstring)."""
 
     def __init__(
@@ -85,6 +86,7 @@ class Runtime:
         self.flush_parts = flush_parts
         self.children = children
         self.warm = warm
+        super().__init__()
         self.ray_options = dict(ray_options or {})
         self.host_names: list[str] = []
         self.router: Router = Router(self.namespace, [], placement)
@@ -92,19 +94,12 @@ class Runtime:
         self.store: EventStore = open_store(self.store_url)
         self._started_ray = False
         self._created: list[Any] = []
-        self._agents: dict[int, tuple[str, bytes, Agent]] = {}
-        self._registered: set[str] = set()
-        self._pollers: dict[str, Poller] = {}
         self._options: HostOptions | None = None
-
-    # -- lifecycle --------------------------------------------------------------------------------
+        self.transport = RayTransport(self.router, None)
 
     async def __aenter__(self) -> Runtime:
         await self.start()
         return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Start or join Ray, then create (or find) the hosts and the supervisor."""
@@ -134,9 +129,8 @@ class Runtime:
         handles = []
         for name, node_id in names:
             existed = _exists(name, self.namespace)
-            handle = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=node_id, detached=detached).remote(
-                name, self._options
-            )
+            actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=node_id, detached=detached)
+            handle = actor.remote(name, self._options)
             if not existed:
                 self._created.append(handle)
             handles.append(handle)
@@ -148,13 +142,12 @@ class Runtime:
         if not existed:
             self._created.append(self.supervisor)
         await self.supervisor.start.remote()
+        self.transport = RayTransport(self.router, self.supervisor)
         log.info("runtime_started", namespace=self.namespace, hosts=len(self.host_names), placement=self.placement)
 
     async def close(self) -> None:
         """Stop what this runtime started (and nothing else)."""
-        for poller in self._pollers.values():
-            await poller.close()
-        self._pollers.clear()
+        await self._close_pollers()
         if self._created and ray.is_initialized():
             with contextlib.suppress(Exception):
                 await self.supervisor.shutdown.remote()
@@ -175,51 +168,6 @@ class Runtime:
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
-
-    # -- sessions ---------------------------------------------------------------------------------
-
-    def session(self, session_id: str, *, agent: Agent) -> Session:
-        """A handle on session ``session_id`` running ``agent`` (created on its first command)."""
-        if not isinstance(agent, Agent):
-            raise UsageError(f"rt.session(..., agent=...) needs an Agent, got {type(agent).__name__}")
-        known = self._agents.get(id(agent))
-        if known is None:
-            key, data = agent_blob(agent)
-            known = self._agents[id(agent)] = (key, data, agent)
-        return Session(self, session_id, known[0])
-
-    async def _ready_agent(self, key: str) -> None:
-        if key in self._registered:
-            return
-        for agent_key, data, _ in self._agents.values():
-            if agent_key == key:
-                name = await self.router.place("troupe:agents")
-                await self.router.host(name).register_agent.remote(key, data)
-                self._registered.add(key)
-                return
-
-    def _subscribe(self, session: Session) -> Subscription:
-        name = self.router.place_now(session.id)
-        subscription = Subscription(session, self._unsubscribe)
-        if name is None:
-            asyncio.ensure_future(self._subscribe_later(session, subscription))
-        else:
-            self._poller(name).add(subscription)
-        return subscription
-
-    async def _subscribe_later(self, session: Session, subscription: Subscription) -> None:
-        name = await self.router.place(session.id)
-        self._poller(name).add(subscription)
-
-    def _poller(self, host: str) -> Poller:
-        poller = self._pollers.get(host)
-        if poller is None:
-            poller = self._pollers[host] = Poller(self, host)
-        return poller
-
-    def _unsubscribe(self, subscription: Subscription) -> None:
-        for poller in self._pollers.values():
-            poller.remove(subscription)
 
     # -- operations --------------------------------------------------------------------------------
 
@@ -304,5 +252,3 @@ class SyncSession:
             return self._runtime.run(result) if asyncio.iscoroutine(result) else result
 
         return call
-
-

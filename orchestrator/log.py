@@ -40,6 +40,8 @@ class Applied:
 
     event: Event
     actions: list[SessionAction]
+    state: AIState
+    """The state right after this event (so mutations can be derived event by event)."""
 
 
 class SessionLog:
@@ -120,7 +122,7 @@ class SessionLog:
         for offset, event in enumerate(stamped):
             event = replace(event, index=result.first_index + offset)
             state, actions = evolve(state, event, self.contract)
-            applied.append(Applied(event, actions))
+            applied.append(Applied(event, actions, state))
         self.state = state
         self.index = result.last_index
         if self.index - self._snapshot_index >= self.snapshot_every:

@@ -31,11 +31,25 @@ Mutation = dict[str, Any]
 
 
 def turn_of(state: AIState) -> dict[str, Any] | None:
-    """The wire shape of the active turn."""
+    """The wire shape of the active turn (with its current model step)."""
     active = state.active
     if active is None:
         return None
-    return {"id": active.id, "input": list(active.input), "phase": active.phase, "messageId": active.message_id}
+    turn: dict[str, Any] = {
+        "id": active.id,
+        "input": list(active.input),
+        "phase": active.phase,
+        "messageId": active.message_id,
+    }
+    step = active.step
+    if step is not None:
+        turn["step"] = {
+            "id": step.id,
+            "status": step.status,
+            "finishReason": step.finish_reason,
+            "index": step.turn_step,
+        }
+    return turn
 
 
 def info_of(state: AIState) -> dict[str, Any]:
@@ -123,8 +137,10 @@ def _diff_message(old: AgentMessage, new: AgentMessage, path: tuple[str, ...], o
         previous = old.parts[j] if j < len(old.parts) else None
         if part is previous:
             continue
-        if type(part) is TextPart and type(previous) is TextPart and previous.id == part.id and part.length >= previous.length:
-            out.append({"type": "delta", "kind": "text", "partId": part.id, "delta": part.text_from(previous.length), **base})
+        if _text_grew(previous, part):
+            assert type(part) is TextPart and type(previous) is TextPart
+            delta = part.text_from(previous.length)
+            out.append({"type": "delta", "kind": "text", "partId": part.id, "delta": delta, **base})
             continue
         if type(part) is ToolPart and type(previous) is ToolPart and previous.id == part.id:
             if _only_agent_changed(previous, part):
@@ -132,8 +148,14 @@ def _diff_message(old: AgentMessage, new: AgentMessage, path: tuple[str, ...], o
                 _diff_run(previous.agent, part.agent, (*path, part.id), out)
                 continue
             rope, old_rope = part.input_rope, previous.input_rope
-            if rope is not None and old_rope is not None and _same_but_input(previous, part) and len(rope) >= len(old_rope):
-                out.append({"type": "delta", "kind": "tool_input", "partId": part.id, "delta": rope.tail(len(old_rope)), **base})
+            if (
+                rope is not None
+                and old_rope is not None
+                and _same_but_input(previous, part)
+                and len(rope) >= len(old_rope)
+            ):
+                delta = rope.tail(len(old_rope))
+                out.append({"type": "delta", "kind": "tool_input", "partId": part.id, "delta": delta, **base})
                 continue
             whole = part_to_wire_message(part, with_agent=previous.agent is None)
             out.append({"type": "part", "part": whole, **base})
@@ -141,6 +163,10 @@ def _diff_message(old: AgentMessage, new: AgentMessage, path: tuple[str, ...], o
                 _diff_run(previous.agent, part.agent, (*path, part.id), out)
             continue
         out.append({"type": "part", "part": part_to_wire_message(part), **base})
+
+
+def _text_grew(old: object, new: object) -> bool:
+    return type(new) is TextPart and type(old) is TextPart and old.id == new.id and new.length >= old.length
 
 
 def _only_agent_changed(old: ToolPart, new: ToolPart) -> bool:
@@ -252,7 +278,8 @@ def _apply(run: SessionState | NestedRun, mutation: Mapping[str, Any], path: lis
                 else:
                     if mutation.get("kind") == "text":
                         parts.append(TextPart(mutation["partId"], mutation["delta"]))
-            updated = AgentMessage(message.id, message.role, tuple(parts), int(mutation.get("revision", message.revision)), message.metadata)
+            revision = int(mutation.get("revision", message.revision))
+            updated = AgentMessage(message.id, message.role, tuple(parts), revision, message.metadata)
             return _with(run, messages.set(mi, updated))
     return run
 

@@ -368,6 +368,10 @@ class SessionRunner:
             return TurnOutcome("", "removed", "", "The input was removed before it was admitted.")
         return ledger.outcomes[turn]
 
+    def idle_now(self) -> bool:
+        """Whether nothing runs and the planner has nothing to start."""
+        return self._step is None and not self._tools and next_effect(self.log.state, self.limits) is None
+
     async def idle(self, timeout: float | None = None) -> AIState:
         """Wait until nothing is active or queued (or the session waits on approval / pause)."""
         return await self.wait_for(

@@ -56,9 +56,9 @@ __all__ = [
     "parse_part",
     "parse_state",
     "part_from_wire",
+    "part_to_wire",
     "part_to_wire_message",
     "run_status_to_wire",
-    "part_to_wire",
     "state_to_wire",
     "unpack",
 ]

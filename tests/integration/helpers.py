@@ -61,7 +61,7 @@ class CrashingModel:
         return "crashing"
 
     async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        with open(self.marker, "a") as f:
+        with open(self.marker, "a") as f:  # noqa: ASYNC230 - must be on disk before the crash
             f.write(f"{request.session_step_index}\n")
         first = count_lines(Path(self.marker)) == 1
         yield TextDelta(self.before)
@@ -78,7 +78,7 @@ def crashing_tool(name: str, marker: str, *, recovery: str, mode: str, gate: Any
     """A tool that records every execution in ``marker`` and crashes (or blocks) on the first."""
 
     async def run(context: ToolContext) -> str:
-        with open(marker, "a") as f:
+        with open(marker, "a") as f:  # noqa: ASYNC230 - must be on disk before the crash
             f.write(f"{context.call_id} {context.attempt}\n")
         if count_lines(Path(marker)) == 1:
             if mode == "exit":
@@ -104,7 +104,10 @@ def delegating(pricer_model: Any = None) -> Agent:
         "pricer",
         "Price things.",
         pricer_model
-        or ScriptedModel([[{"tool": "lookup_price", "input": {"slug": "mug"}}], [{"text": "Mugs cost 4.99.", "chunk": 4}]], per_turn=True),
+        or ScriptedModel(
+            [[{"tool": "lookup_price", "input": {"slug": "mug"}}], [{"text": "Mugs cost 4.99.", "chunk": 4}]],
+            per_turn=True,
+        ),
         tools=[lookup_price],
     )
     researcher = Agent(
@@ -112,7 +115,10 @@ def delegating(pricer_model: Any = None) -> Agent:
         "Research.",
         ScriptedModel(
             [
-                [{"text": "Asking the pricer.", "chunk": 3}, {"tool": "delegate_to_pricer", "input": {"task": "price a mug"}}],
+                [
+                    {"text": "Asking the pricer.", "chunk": 3},
+                    {"tool": "delegate_to_pricer", "input": {"task": "price a mug"}},
+                ],
                 [{"text": "The mug is 4.99.", "chunk": 4}],
             ],
             per_turn=True,
@@ -124,7 +130,10 @@ def delegating(pricer_model: Any = None) -> Agent:
         "Shop.",
         ScriptedModel(
             [
-                [{"text": "Let me check.", "chunk": 4}, {"tool": "delegate_to_researcher", "input": {"task": "compare mug prices"}}],
+                [
+                    {"text": "Let me check.", "chunk": 4},
+                    {"tool": "delegate_to_researcher", "input": {"task": "compare mug prices"}},
+                ],
                 [{"text": "It is 4.99.", "chunk": 4}],
             ],
             per_turn=True,

@@ -82,6 +82,8 @@ class TurnResult:
     """Why it failed."""
     turn_id: str = ""
     """The turn that admitted the input."""
+    index: int = 0
+    """The log index at which the turn had ended: a subscriber at this index has seen all of it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ class Turn:
 
     async def _wait(self) -> TurnResult:
         outcome: TurnOutcome = await self.session._call("wait_input", self.id, 24 * 3600.0)
-        return TurnResult(outcome.success, outcome.outcome, outcome.text, outcome.error, outcome.turn_id)
+        return TurnResult(outcome.success, outcome.outcome, outcome.text, outcome.error, outcome.turn_id, outcome.index)
 
 
 class Queue:
@@ -373,6 +375,7 @@ class Poller:
         self.subscribers: dict[str, list[Subscription]] = {}
         self.task: asyncio.Task[None] | None = None
         self.wake = asyncio.Event()
+        self._resets: set[str] = set()
 
     def add(self, subscription: Subscription) -> None:
         session_id = subscription.session.id
@@ -413,11 +416,13 @@ class Poller:
                     continue
                 reply: dict[str, tuple[int, list[dict[str, Any]]]] = polled.result()
             except _ACTOR_ERRORS:
+                # The host restarted and lost its rings: register again from "now", and once the
+                # host has told us where "now" is, tell subscribers to re-read the snapshot.
+                # (A snapshot read before re-registering could miss what happens in between.)
                 await transport.wait_ready(self.host)
-                for session_id in self.cursors:  # the restarted host has no ring: re-snapshot
-                    for sub in self.subscribers.get(session_id, []):
-                        sub.feed([Mutation(type="reset", index=0)])
+                for session_id in self.cursors:
                     self.cursors[session_id] = -1
+                    self._resets.add(session_id)
                 continue
             except asyncio.CancelledError:
                 return
@@ -434,6 +439,9 @@ class Poller:
                     continue  # a reset happened while this poll was in flight: its cursor is stale
                 self.cursors[session_id] = cursor
                 batch = [Mutation(m) for m in mutations]
+                if session_id in self._resets:
+                    self._resets.discard(session_id)
+                    batch.insert(0, Mutation(type="reset", index=cursor))
                 for sub in self.subscribers.get(session_id, []):
                     if not sub.registered.is_set():
                         sub.cursor = cursor

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -98,6 +99,8 @@ class SessionHost:
         self._directory_task: asyncio.Task[None] | None = None
         self.started = time.time()
         self.log = log.bind(host=name)
+        if options.extra.get("switch_interval"):
+            sys.setswitchinterval(float(options.extra["switch_interval"]))
         self._boot: asyncio.Task[list[str]] | None = None
         with contextlib.suppress(RuntimeError):  # no running loop: a plain (test) instance
             # After a crash Ray re-runs __init__: re-activate what this host had, at once.
@@ -215,8 +218,11 @@ class SessionHost:
             return False
         if hosted.idle is not None:
             hosted.idle.cancel()
-        with contextlib.suppress(Exception):
-            await hosted.runner.log.save_snapshot()
+        log_ = hosted.runner.log
+        if log_.index - log_._snapshot_index >= log_.snapshot_every // 4:
+            # Only a long log is worth a snapshot: a short one replays faster than it stores.
+            with contextlib.suppress(Exception):
+                await log_.save_snapshot()
         await hosted.runner.close()
         self.hub.forget(session_id)
         self._mark_directory()
@@ -233,6 +239,8 @@ class SessionHost:
     # -- the directory this host keeps in the store (for its own restart) --------------------------
 
     def _mark_directory(self) -> None:
+        if self.options.extra.get("local"):
+            return  # an in-process host never restarts: it needs no directory in the store
         self._directory_dirty = True
         if self._directory_task is None or self._directory_task.done():
             self._directory_task = asyncio.ensure_future(self._save_directory())
@@ -435,8 +443,14 @@ class SessionHost:
 
     async def shutdown(self) -> None:
         """Close every session (used when a runtime that owns this host exits)."""
+        for task in [self._boot, *self._tasks]:
+            if task is not None and not task.done():
+                task.cancel()
         for session_id in list(self.hosted):
             await self.deactivate(session_id)
+        if self._directory_task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._directory_task
         await self.store.close()
 
 

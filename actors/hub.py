@@ -27,12 +27,14 @@ class _Channel:
     interest_until: float = 0.0
     last_index: int = 0
     dropped_before: int = 0
+    polls: dict[int, float] = field(default_factory=dict)
+    """Recent poll cursors and when they were seen: what every recent poller has already got."""
 
 
 class MutationHub:
     """Per-session rings of recent mutations, and the pollers waiting on them."""
 
-    def __init__(self, *, ring_size: int = 4096, interest_seconds: float = 30.0, linger: float = 0.002) -> None:
+    def __init__(self, *, ring_size: int = 1024, interest_seconds: float = 30.0, linger: float = 0.002) -> None:
         self.ring_size = ring_size
         self.interest_seconds = interest_seconds
         self.linger = linger
@@ -83,16 +85,26 @@ class MutationHub:
                 found[session_id] = (channel.last_index, [{"type": "reset", "index": channel.last_index}])
                 anything = True
                 continue
-            batch = [m for index, mutations in channel.ring if index > after for m in mutations]
-            if batch:
+            ring = channel.ring
+            newer = 0  # entries after the cursor: count back from the end (cursors are near it)
+            for index, _ in reversed(ring):
+                if index <= after:
+                    break
+                newer += 1
+            batch: list[Mutation] = []
+            cursor = after
+            if newer:
                 anything = True
-                found[session_id] = (max(after, batch[-1].get("index", after)), batch)
-            else:
-                found[session_id] = (after, [])
+                for position in range(len(ring) - newer, len(ring)):
+                    index, mutations = ring[position]
+                    batch.extend(mutations)
+                    cursor = index  # the append's index: its last events may carry no mutation
+            found[session_id] = (cursor, batch)
         return found, anything
 
     def _register(self, cursors: dict[str, int], index_of: dict[str, int]) -> None:
-        until = time.monotonic() + self.interest_seconds
+        now = time.monotonic()
+        until = now + self.interest_seconds
         for session_id, after in cursors.items():
             channel = self._channels.get(session_id)
             if channel is None:
@@ -101,6 +113,25 @@ class MutationHub:
                 # A subscriber asking from an index before what this host holds must re-snapshot.
                 channel.dropped_before = channel.last_index if 0 <= after < channel.last_index else 0
             channel.interest_until = until
+            self._prune(channel, after, now)
+
+    def _prune(self, channel: _Channel, after: int, now: float) -> None:
+        """Drop ring entries every recent poller has already received (memory stays small)."""
+        polls = channel.polls
+        polls[after] = now
+        if len(polls) > 8:
+            stale = now - self.interest_seconds
+            for cursor in [c for c, seen in polls.items() if seen < stale]:
+                del polls[cursor]
+        # Only the lowest cursor seen lately is still needed; older ones were superseded by the
+        # same poller's next poll once it is more than a few seconds old.
+        recent = now - 5.0
+        for cursor in [c for c, seen in polls.items() if seen < recent and c < after]:
+            del polls[cursor]
+        floor = min(polls)
+        ring = channel.ring
+        while ring and ring[0][0] <= floor:
+            ring.popleft()
 
     async def poll(
         self, cursors: dict[str, int], timeout: float, index_of: dict[str, int]

@@ -72,6 +72,7 @@ class Runtime(BaseRuntime):
         flush_parts: int = 256,
         children: Literal["spread", "local"] = "spread",
         warm: int = 2,
+        switch_interval: float | None = None,
         ray_options: dict[str, Any] | None = None,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
@@ -86,6 +87,7 @@ class Runtime(BaseRuntime):
         self.flush_parts = flush_parts
         self.children = children
         self.warm = warm
+        self.switch_interval = switch_interval
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.host_names: list[str] = []
@@ -123,7 +125,7 @@ class Runtime(BaseRuntime):
             idle_timeout=self.idle_timeout,
             flush_interval=self.flush_interval,
             flush_parts=self.flush_parts,
-            extra={"hosts": self.host_names, "children": self.children},
+            extra={"hosts": self.host_names, "children": self.children, "switch_interval": self.switch_interval},
         )
         self.router = Router(self.namespace, self.host_names, self.placement, children=self.children)
         handles = []

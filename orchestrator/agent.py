@@ -105,6 +105,8 @@ class Agent:
     """Provider settings for every step."""
     description: str = ""
     """What the agent does (the delegate tool's description, for a parent's model)."""
+    _static: tuple[ToolLike, ...] | None = field(default=None, init=False, repr=False, compare=False)
+    _adapter: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -127,6 +129,9 @@ class Agent:
                 raise UsageError(f"agent {self.name!r} has two sub-agents named {sub.name!r}; rename one")
             seen.add(sub.name)
         names = {DELEGATE_PREFIX + a.name for a in self.agents}
+        static = all(isinstance(r, ToolLike) for r in self.tools)
+        object.__setattr__(self, "_static", tuple(self.tools) if static else None)
+        object.__setattr__(self, "_adapter", isinstance(self.model, ModelAdapter))
         for ref in self.tools:
             if isinstance(ref, ToolLike):
                 if ref.name in names:
@@ -143,8 +148,9 @@ class Agent:
     def resolve_model(self, context: ResolverContext) -> ModelAdapter:
         """The model for this step (a resolver is called now)."""
         model = self.model
-        if isinstance(model, ModelAdapter):
-            return model
+        if self._adapter:  # decided once: isinstance on a Protocol is slow on the hot path
+            return model  # type: ignore[return-value]
+        assert not isinstance(model, ModelAdapter)
         resolved = model(context)
         if not isinstance(resolved, ModelAdapter):
             raise UsageError(f"agent {self.name!r}: the model resolver returned {type(resolved).__name__}, not a model")
@@ -157,8 +163,14 @@ class Agent:
             return instructions
         return instructions(context)
 
+    def static_tools(self) -> tuple[ToolLike, ...] | None:
+        """The tools, when they are a fixed list (``None`` when a dynamic source is among them)."""
+        return self._static
+
     async def list_tools(self, app: Mapping[str, Any]) -> list[ToolLike]:
         """Every tool available now, sources included (delegate tools are separate)."""
+        if self._static is not None:
+            return list(self._static)
         tools: list[ToolLike] = []
         for ref in self.tools:
             if isinstance(ref, ToolLike):

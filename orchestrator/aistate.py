@@ -9,9 +9,10 @@ merged in: ``state.app`` holds it and ``state["plan"]`` / ``state.plan`` read it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
+from orchestrator._fast import slot_setter
 from orchestrator._json import JsonObject
 from orchestrator._pvec import PVec
 from orchestrator.parts import AgentMessage, Role, RunStatus
@@ -270,9 +271,14 @@ class AIState:
         raise AttributeError(f"AIState has no field or app state key {name!r}")
 
     def with_(self, **changes: Any) -> AIState:
-        """A copy with ``changes`` (dataclass ``replace``)."""
-        return replace(self, **changes)
+        """A copy with ``changes`` (``dataclasses.replace``, without its checks: the fold's hot path)."""
+        new: AIState = object.__new__(AIState)
+        for name, setter in _AI_SETTERS:
+            setter(new, changes[name] if name in changes else getattr(self, name))
+        return new
 
+
+_AI_SETTERS = tuple((f, slot_setter(AIState, f)) for f in AIState.__dataclass_fields__)
 
 AI_STATE_KEYS: frozenset[str] = frozenset({f for f in AIState.__dataclass_fields__} | {"messages", "status", "error"})
 """Names an app state may not use (they would shadow AIState's)."""

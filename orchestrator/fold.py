@@ -32,7 +32,7 @@ from orchestrator.parts import AgentMessage, TextPart
 from orchestrator.reducer import resumable, session_reducer
 from orchestrator.state import SessionState, make_state
 from orchestrator.stream import CompactionUpdate, Failure, Finish, MessageStart, ToolFailure, ToolResult
-from orchestrator.wire import action_to_wire, parse_action, part_from_wire
+from orchestrator.wire import action_from_wire, action_to_wire, part_from_wire
 
 __all__ = ["DENIED", "INTERRUPTED", "apply_actions", "evolve", "fold_events", "initial_state"]
 
@@ -564,7 +564,7 @@ def _on_nested(state: AIState, event: Event) -> tuple[AIState, list[SessionActio
     seq = _int(p, "seq", 0)
     if record is None or seq <= record.child_seq:
         return state, []  # a duplicate batch (at-least-once delivery), or a call we do not know
-    actions = [nest(parse_action(a), call_id) for a in p.get("actions", ())]  # type: ignore[union-attr]
+    actions = [nest(action_from_wire(a), call_id) for a in _items(p, "actions")]
     return _run(state, actions, tools=_set_tool(state, call_id, child_seq=seq))
 
 

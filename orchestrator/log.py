@@ -9,7 +9,7 @@ the state and the index it reflects; ``state_at`` folds any reducer to any point
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from orchestrator.actions import SessionAction
@@ -93,41 +93,52 @@ class SessionLog:
         """The current state and the index it reflects."""
         return Snapshot(self.state, self.index)
 
-    def _stamp(self, events: Sequence[Event], now: float) -> list[Event]:
-        stamped = []
-        for offset, event in enumerate(events, start=1):
-            event_id = event.id or f"{RESERVED_ID_PREFIX}{self.session_id}#{self.index + offset}"
-            stamped.append(replace(event, id=event_id, at=event.at or now, session_id=self.session_id))
-        return stamped
+    def stamp(self, event: Event, offset: int, now: float) -> Event:
+        """``event`` as the ``offset``-th (from 0) of the next batch: its id, time and index.
 
-    async def append(self, events: Sequence[Event], *, now: float = 0.0) -> tuple[AppendResult, list[Applied]]:
-        """Write ``events`` as one batch at the current index, then fold them.
+        A server event without an id gets ``troupe:<session>#<index>``, so retrying the same
+        batch replays it.
+        """
+        index = self.index + offset + 1
+        event_id = event.id or f"{RESERVED_ID_PREFIX}{self.session_id}#{index}"
+        return Event(event_id, event.type, event.payload, event.at or now, self.session_id, index)
 
-        Server events without an id get ``troupe:<session>#<index>``, so retrying the same batch
-        replays it. An identical re-append of events already folded returns the original result
-        with ``duplicate=True`` and folds nothing again.
+    def fold(self, stamped: Sequence[Event], state: AIState | None = None) -> list[Applied]:
+        """Fold stamped events over ``state`` (default: the current state), without writing."""
+        current = self.state if state is None else state
+        applied = []
+        for event in stamped:
+            current, actions = evolve(current, event, self.contract)
+            applied.append(Applied(event, actions, current))
+        return applied
+
+    async def commit(self, stamped: Sequence[Event], applied: Sequence[Applied]) -> AppendResult:
+        """Write a stamped batch whose fold is ``applied``; only then does the state move.
+
+        An identical re-append of events already in the store returns the original result with
+        ``duplicate=True`` and moves nothing (the log is re-read if it was ahead of us).
 
         Raises:
             ConcurrencyConflict: another writer appended; call ``refresh`` and decide again.
             PartialDuplicateBatch: an id was reused with other content.
         """
-        stamped = self._stamp(events, now)
-        result = await self.store.append(self.session_id, stamped, expected_index=self.index)
+        result = await self.store.append(self.session_id, stamped, expected_index=self.index, trusted=True)
         if result.duplicate:
             if result.last_index > self.index:  # written by an earlier attempt we never saw confirmed
                 await self.refresh()
-            return result, []
-        applied = []
-        state = self.state
-        for offset, event in enumerate(stamped):
-            event = replace(event, index=result.first_index + offset)
-            state, actions = evolve(state, event, self.contract)
-            applied.append(Applied(event, actions, state))
-        self.state = state
+            return result
+        self.state = applied[-1].state
         self.index = result.last_index
         if self.index - self._snapshot_index >= self.snapshot_every:
             await self.save_snapshot()
-        return result, applied
+        return result
+
+    async def append(self, events: Sequence[Event], *, now: float = 0.0) -> tuple[AppendResult, list[Applied]]:
+        """Write ``events`` as one batch at the current index, then fold them (see ``commit``)."""
+        stamped = [self.stamp(event, offset, now) for offset, event in enumerate(events)]
+        applied = self.fold(stamped)
+        result = await self.commit(stamped, applied)
+        return result, ([] if result.duplicate else applied)
 
     async def save_snapshot(self) -> None:
         """Cache the current fold (skipped silently when the app state is not JSON-like)."""

@@ -23,7 +23,13 @@ from orchestrator._pvec import PVec
 from orchestrator.aistate import AIState
 from orchestrator.parts import AgentMessage, NestedRun, TextPart, ToolPart, revised
 from orchestrator.state import SessionError, SessionState, make_state
-from orchestrator.wire import message_to_wire, parse_message, part_to_wire_message, run_status_to_wire
+from orchestrator.wire import (
+    message_from_wire,
+    message_part_from_wire,
+    message_to_wire,
+    part_to_wire_message,
+    run_status_to_wire,
+)
 
 __all__ = ["ClientView", "Mutation", "diff", "info_of", "turn_of"]
 
@@ -246,7 +252,7 @@ def _apply(run: SessionState | NestedRun, mutation: Mapping[str, Any], path: lis
     if kind == "truncate":
         return _with(run, messages.take(int(mutation["length"])))
     if kind == "message":
-        message = parse_message(mutation["message"])
+        message = message_from_wire(mutation["message"])
         for mi in range(len(messages) - 1, -1, -1):
             if messages.at(mi).id == message.id:
                 return _with(run, messages.set(mi, message))
@@ -258,7 +264,7 @@ def _apply(run: SessionState | NestedRun, mutation: Mapping[str, Any], path: lis
                 continue
             parts = list(message.parts)
             if kind == "part":
-                part = parse_message({"id": message.id, "role": message.role, "parts": [mutation["part"]]}).parts[0]
+                part = message_part_from_wire(mutation["part"])
                 for j, existing in enumerate(parts):
                     if existing.id == part.id:
                         if type(part) is ToolPart and type(existing) is ToolPart and part.agent is None:

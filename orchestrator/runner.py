@@ -27,7 +27,7 @@ from orchestrator.buffer import coalesce
 from orchestrator.children import ChildBatch, Children, ChildRequest
 from orchestrator.commands import Command, Decision, decide
 from orchestrator.compaction import SUMMARY_INSTRUCTIONS, calibrate, compaction_cut, estimate_tokens, prompt_messages
-from orchestrator.errors import ConcurrencyConflict, ModelError, ToolError, UsageError
+from orchestrator.errors import ConcurrencyConflict, ModelError, PartialDuplicateBatch, ToolError, UsageError
 from orchestrator.events import Event, check_caller_event
 from orchestrator.log import Applied, SessionLog
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
@@ -55,6 +55,8 @@ class TurnOutcome:
     text: str
     """The turn's final text (its assistant message's text after the last tool call)."""
     error: str | None = None
+    index: int = 0
+    """The log index at which the turn had ended (a subscriber that reached it has seen it all)."""
 
     @property
     def success(self) -> bool:
@@ -106,6 +108,8 @@ class SessionRunner:
         self._driving = False
         self._again = False
         self._closed = False
+        self._cancelling = False
+        self._waiters = 0
         self._background: set[asyncio.Task[Any]] = set()
         self._held: dict[str, dict[int, ChildBatch]] = {}
         self._ledger = _TurnLedger(log.state)
@@ -151,22 +155,84 @@ class SessionRunner:
 
     async def _append(self, events: Sequence[Event]) -> list[Applied]:
         async with self._lock:
-            return await self._append_locked(events)
+            return await self._commit_locked(events)
 
-    async def _append_locked(self, events: Sequence[Event]) -> list[Applied]:
-        try:
-            _, applied = await self.log.append(events, now=self.clock())
-        except ConcurrencyConflict:
-            # Someone else wrote this session's log (a stale owner, a failover): re-read it.
-            await self.log.refresh()
-            raise
-        if applied:
-            state, index = self.log.state, self.log.index
-            for listener in list(self.listeners):
-                await listener(applied, state, index)
-            self._reconcile()
-            async with self._changed:
-                self._changed.notify_all()
+    async def _commit_locked(self, events: Sequence[Event]) -> list[Applied]:
+        """Append ``events`` and whatever the planner decides follows them, as one batch.
+
+        The planner runs over the state the batch would produce (a pure fold; nothing is written
+        yet), so a command, the turn it starts and that turn's first step are one write; so are a
+        step's last parts, its finish and the next tool's start. Work (a model step, a tool run)
+        starts only once the batch is durable. Call with the lock held.
+        """
+        log = self.log
+        now = self.clock()
+        batch: list[Event] = []
+        staged: list[Applied] = []
+        state = log.state
+
+        def add(new: Sequence[Event]) -> None:
+            nonlocal state
+            for event in new:
+                stamped = log.stamp(event, len(batch), now)
+                folded = log.fold([stamped], state)[0]
+                batch.append(stamped)
+                staged.append(folded)
+                state = folded.state
+
+        add(events)
+        starts: list[Callable[[], None]] = []
+        cancel: str | None = None
+        claimed: set[str] = set()
+        for _ in range(64):
+            effect = next_effect(state, self.limits)
+            if isinstance(effect, Append):
+                add(effect.events)
+                continue
+            if isinstance(effect, RunStep):
+                if self._step is not None and self._step.step_id == effect.step_id:
+                    break
+                new, start = self._prepare_step(effect, state)
+                add(new)
+                if start is not None:
+                    starts.append(start)
+                continue
+            if isinstance(effect, RunTool):
+                call = effect.call
+                if call.id in self._tools or call.id in claimed:
+                    break
+                claimed.add(call.id)
+                new, start = self._prepare_tool(call, state)
+                add(new)
+                if start is not None:
+                    starts.append(start)
+                if new:
+                    continue
+            elif isinstance(effect, Cancel):
+                cancel = effect.reason
+            break
+        applied: list[Applied] = []
+        if batch:
+            try:
+                result = await log.commit(batch, staged)
+            except ConcurrencyConflict:
+                # Someone else wrote this session's log (a stale owner, a failover): re-read it.
+                await log.refresh()
+                raise
+            if not result.duplicate:
+                applied = staged
+                state, index = log.state, log.index
+                for listener in list(self.listeners):
+                    await listener(applied, state, index)
+                self._reconcile()
+                if self._waiters:
+                    async with self._changed:
+                        self._changed.notify_all()
+        for start in starts:
+            start()
+        if cancel is not None and not self._cancelling:
+            self._cancelling = True
+            self._spawn(self._cancel_work(cancel))
         return applied
 
     def _kick(self) -> None:
@@ -188,23 +254,8 @@ class SessionRunner:
         try:
             while not self._closed:
                 self._again = False
-                cancel: Cancel | None = None
                 async with self._lock:
-                    effect = next_effect(self.log.state, self.limits)
-                    if isinstance(effect, Append):
-                        await self._append_locked(effect.events)
-                        continue
-                    if isinstance(effect, RunStep):
-                        if self._step is None or self._step.step_id != effect.step_id:
-                            await self._start_step(effect)
-                    elif isinstance(effect, RunTool):
-                        if effect.call.id not in self._tools:
-                            self._start_tool(effect.call)
-                    elif isinstance(effect, Cancel):
-                        cancel = effect
-                if cancel is not None:
-                    await self._cancel_work(cancel.reason)
-                    continue
+                    await self._commit_locked([])
                 if not self._again:
                     break
         finally:
@@ -274,8 +325,11 @@ class SessionRunner:
                 )
         self._step = None
         self._tools.clear()
+        self._cancelling = False
         if events:
             await self._append(events)
+        else:
+            self._kick()
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -291,15 +345,19 @@ class SessionRunner:
                 if not decision.events:
                     return decision
                 try:
-                    applied = await self._append_locked(decision.events)
+                    await self._commit_locked(decision.events)
                 except ConcurrencyConflict:
                     if attempt:
                         raise
                     continue
-                if not applied:  # a replay: answer with what was decided the first time
-                    return await self._replayed(command.id, decision)
+                except PartialDuplicateBatch:
+                    # The command may be a resubmission (its events are stored, the planned ones
+                    # are not): append it alone to find out. A true id reuse raises again.
+                    result, _ = await self.log.append(decision.events, now=self.clock())
+                    if result.duplicate:  # a replay: answer with what was decided the first time
+                        return await self._replayed(command.id, decision)
+                    raise
                 break
-        self._kick()
         return decision
 
     async def _replayed(self, command_id: str, fallback: Decision) -> Decision:
@@ -340,11 +398,17 @@ class SessionRunner:
         """Return the state once ``predicate`` holds for it."""
 
         async def wait() -> AIState:
-            async with self._changed:
-                while not predicate(self.log.state):
-                    await self._changed.wait()
-                return self.log.state
+            self._waiters += 1
+            try:
+                async with self._changed:
+                    while not predicate(self.log.state):
+                        await self._changed.wait()
+                    return self.log.state
+            finally:
+                self._waiters -= 1
 
+        if predicate(self.log.state):
+            return self.log.state
         return await asyncio.wait_for(wait(), timeout)
 
     async def wait_turn(self, turn_id: str, timeout: float | None = None) -> TurnOutcome:
@@ -393,9 +457,8 @@ class SessionRunner:
 
     # -- model steps -----------------------------------------------------------------------------
 
-    async def _start_step(self, effect: RunStep) -> None:
-        """Record the step as started (under the lock), then run it as a task."""
-        state = self.log.state
+    def _prepare_step(self, effect: RunStep, state: AIState) -> tuple[list[Event], Callable[[], None] | None]:
+        """The events that start a model step, and how to start its task once they are durable."""
         started: JsonObject = {
             "turnId": effect.turn_id,
             "stepId": effect.step_id,
@@ -409,19 +472,19 @@ class SessionRunner:
             instructions = self.agent.resolve_instructions(context)
         except Exception as error:  # a resolver that raises fails the turn with its message
             message = str(error) or type(error).__name__
-            await self._append_locked(
-                [
-                    Event("", ai.STEP_STARTED, {**started, "model": ""}),
-                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
-                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
-                ]
-            )
-            return
-        await self._append_locked([Event("", ai.STEP_STARTED, {**started, "model": model.name})])
-        signal = CancelSignal()
-        task = asyncio.ensure_future(self._run_step(effect, model, instructions, signal))
-        self._step = _StepWork(effect.step_id, task, signal)
-        task.add_done_callback(lambda _: self._kick())
+            return [
+                Event("", ai.STEP_STARTED, {**started, "model": ""}),
+                Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
+                Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
+            ], None
+
+        def start() -> None:
+            signal = CancelSignal()
+            task = asyncio.ensure_future(self._run_step(effect, model, instructions, signal))
+            self._step = _StepWork(effect.step_id, task, signal)
+            task.add_done_callback(lambda _: self._kick())
+
+        return [Event("", ai.STEP_STARTED, {**started, "model": model.name})], start
 
     async def _run_step(
         self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal
@@ -446,7 +509,8 @@ class SessionRunner:
             await self._maybe_compact(model, instructions, specs, signal)
         state = self.log.state
         messages = prompt_messages(state)
-        estimate = estimate_tokens(messages, instructions, specs)
+        # The estimate calibrates compaction; without compaction it is not worth serializing the prompt.
+        estimate = estimate_tokens(messages, instructions, specs) if self.agent.compaction is not None else 0
         request = ModelRequest(
             messages=messages,
             tools=specs,
@@ -480,12 +544,9 @@ class SessionRunner:
                 meta = self.agent.message_metadata(MetadataContext("finish", self.log.state, usage, reason))
                 if meta:
                     stream.add(MessageMetadata(dict(meta)))
-            finished: JsonObject = {
-                "stepId": effect.step_id,
-                "finishReason": reason,
-                "toolCalls": calls,
-                "estimate": estimate,
-            }
+            finished: JsonObject = {"stepId": effect.step_id, "finishReason": reason, "toolCalls": calls}
+            if estimate:
+                finished["estimate"] = estimate
             if usage is not None:
                 finished["usage"] = usage
             await stream.close([Event("", ai.STEP_FINISHED, finished)])
@@ -550,40 +611,99 @@ class SessionRunner:
 
     # -- tools -------------------------------------------------------------------------------------
 
-    def _start_tool(self, record: ToolRecord) -> None:
-        signal = CancelSignal()
-        task = asyncio.ensure_future(self._run_tool(record, signal))
+    def _prepare_tool(self, record: ToolRecord, state: AIState) -> tuple[list[Event], Callable[[], None] | None]:
+        """The events that start (or settle) a tool call, and how to start its task.
+
+        Checks happen here, before anything runs: an unknown tool or invalid arguments end the
+        call with a ``tool-error`` the model sees (the function is never called); a call that
+        needs approval asks for it. Tools from dynamic sources are checked in their task.
+        """
+        arguments = _arguments(state, record.id)
         sub = self.agent.sub_agent(record.name)
-        self._tools[record.id] = _ToolWork(
-            record.id, record.name, task, signal, f"{self.session_id}/{record.id}" if sub else None
-        )
+        started = Event("", ai.TOOL_STARTED, {"callId": record.id, "name": record.name, "attempt": record.attempts + 1})
+        if sub is not None:
+            task = arguments.get("task") if isinstance(arguments, dict) else None
+            if self.children is None:
+                return [_failed(record.id, f"{record.name} cannot run: this session has no sub-agent runtime")], None
+            if not isinstance(task, str) or not task.strip():
+                message = f"Invalid arguments for {record.name}: 'task' must be a non-empty string."
+                return [_failed(record.id, message)], None
+            child_id = f"{self.session_id}/{record.id}"
+            events = [started]
+            if record.child is None:
+                payload = {"callId": record.id, "sessionId": child_id, "agent": sub.name}
+                events.append(Event("", ai.CHILD_STARTED, payload))
+            return events, lambda: self._launch(record, lambda _: self._run_delegate(record, sub, task), child_id)
+        tools = self.agent.static_tools()
+        if tools is None:  # a dynamic source: list it in the task
+            return [], lambda: self._launch(record, lambda signal: self._run_tool(record, signal))
+        tool = next((t for t in tools if t.name == record.name), None)
+        if tool is None:
+            return [_failed(record.id, self._unknown(record.name, tools))], None
+        try:
+            tool.validate(arguments)
+        except ToolError as error:  # invalid arguments never reach the function
+            return [_failed(record.id, error.message)], None
+        if record.status == "pending":
+            prompt = tool.approval_prompt(arguments)
+            if prompt is not None:
+                payload: JsonObject = {"interactionId": f"{record.id}:approval", "callId": record.id, "prompt": prompt}
+                return [Event("", ai.INTERACTION_REQUESTED, payload)], None
+        attempt = record.attempts + 1
+        run = lambda signal: self._invoke(record, tool, arguments, attempt, signal)  # noqa: E731
+        return [started], lambda: self._launch(record, run)
+
+    def _unknown(self, name: str, tools: Sequence[ToolLike]) -> str:
+        names = ", ".join(sorted([t.name for t in tools] + [s.name for s in self.agent.delegate_specs()])) or "none"
+        return f"Unknown tool {name!r}. Available tools: {names}."
+
+    def _launch(
+        self, record: ToolRecord, make: Callable[[CancelSignal], Awaitable[None]], child: str | None = None
+    ) -> None:
+        signal = CancelSignal()
+        task = asyncio.ensure_future(self._guarded(record, make(signal)))
+        self._tools[record.id] = _ToolWork(record.id, record.name, task, signal, child)
         task.add_done_callback(lambda _: self._kick())
 
-    def _arguments(self, call_id: str) -> JsonValue:
-        for message in reversed(self.log.state.messages):
-            for part in message.parts:
-                if type(part) is ToolPart and part.id == call_id:
-                    return part.input
-        return None
+    async def _guarded(self, record: ToolRecord, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except ToolError as error:
+            code = "timeout" if "timed out" in error.message else None
+            await self._fail_tool(record.id, error.message, code)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a bug in the runtime must not leave the call pending forever
+            await self._fail_tool(record.id, f"{record.name} could not run: {error}")
+
+    async def _invoke(
+        self, record: ToolRecord, tool: ToolLike, arguments: JsonValue, attempt: int, signal: CancelSignal
+    ) -> None:
+        state = self.log.state
+        output = await tool.invoke(
+            arguments,
+            session_id=self.session_id,
+            call_id=record.id,
+            turn_id=record.turn_id,
+            attempt=attempt,
+            signal=signal,
+            app=state.app,
+            emit=lambda value: self._emit(record.id, value),
+        )
+        await self._append([Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": output})])
 
     async def _run_tool(self, record: ToolRecord, signal: CancelSignal) -> None:
+        """A call to a tool from a dynamic source: list, check, maybe ask approval, then run."""
         try:
-            arguments = self._arguments(record.id)
-            sub = self.agent.sub_agent(record.name)
-            if sub is not None:
-                await self._run_delegate(record, sub, arguments)
-                return
             tools = await self.agent.list_tools(self.log.state.app)
             tool = next((t for t in tools if t.name == record.name), None)
+            arguments = _arguments(self.log.state, record.id)
             if tool is None:
-                names = (
-                    ", ".join(sorted([t.name for t in tools] + [s.name for s in self.agent.delegate_specs()])) or "none"
-                )
-                await self._fail_tool(record.id, f"Unknown tool {record.name!r}. Available tools: {names}.")
+                await self._fail_tool(record.id, self._unknown(record.name, tools))
                 return
             try:
                 tool.validate(arguments)
-            except ToolError as error:  # invalid arguments never reach the function
+            except ToolError as error:
                 await self._fail_tool(record.id, error.message)
                 return
             if record.status == "pending":
@@ -600,25 +720,7 @@ class SessionRunner:
             await self._append(
                 [Event("", ai.TOOL_STARTED, {"callId": record.id, "name": record.name, "attempt": attempt})]
             )
-            active = self.log.state.active
-            output = await tool.invoke(
-                arguments,
-                session_id=self.session_id,
-                call_id=record.id,
-                turn_id=active.id if active is not None else record.turn_id,
-                attempt=attempt,
-                signal=signal,
-                app=self.log.state.app,
-                emit=lambda value: self._emit(record.id, value),
-            )
-            await self._append([Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": output})])
-        except ToolError as error:
-            code = "timeout" if "timed out" in error.message else None
-            await self._fail_tool(record.id, error.message, code)
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # a bug in the runtime must not leave the call pending forever
-            await self._fail_tool(record.id, f"{record.name} could not run: {error}")
+            await self._invoke(record, tool, arguments, attempt, signal)
         finally:
             # The tool list is read again after every call: the call may have changed it.
             with contextlib.suppress(Exception):
@@ -634,21 +736,9 @@ class SessionRunner:
         part = part_to_wire(ToolResult(call_id, output, preliminary=True))
         await self._append([Event("", ai.STREAM, {"callId": call_id, "parts": [part]})])
 
-    async def _run_delegate(self, record: ToolRecord, sub: Agent, arguments: JsonValue) -> None:
-        if self.children is None:
-            await self._fail_tool(record.id, f"{record.name} cannot run: this session has no sub-agent runtime")
-            return
-        task = arguments.get("task") if isinstance(arguments, dict) else None
-        if not isinstance(task, str) or not task.strip():
-            await self._fail_tool(record.id, f"Invalid arguments for {record.name}: 'task' must be a non-empty string.")
-            return
+    async def _run_delegate(self, record: ToolRecord, sub: Agent, task: str) -> None:
+        assert self.children is not None
         child_id = f"{self.session_id}/{record.id}"
-        events = [
-            Event("", ai.TOOL_STARTED, {"callId": record.id, "name": record.name, "attempt": record.attempts + 1})
-        ]
-        if record.child is None:
-            events.append(Event("", ai.CHILD_STARTED, {"callId": record.id, "sessionId": child_id, "agent": sub.name}))
-        await self._append(events)
         result = await self.children.run(ChildRequest(self.session_id, record.id, child_id, sub, task), self.deliver)
         if result.final is not None:
             # The child's run as it ended, so the nested copy is complete when the call is done
@@ -688,7 +778,20 @@ class SessionRunner:
             for key in [k for k in held if k != -1 and held[k].seq <= applied]:
                 del held[key]
             if events:
-                await self._append_locked(events)
+                await self._commit_locked(events)
+
+
+def _arguments(state: AIState, call_id: str) -> JsonValue:
+    """A call's input, from the newest message that holds it."""
+    for message in reversed(state.messages):
+        for part in message.parts:
+            if type(part) is ToolPart and part.id == call_id:
+                return part.input
+    return None
+
+
+def _failed(call_id: str, message: str) -> Event:
+    return Event("", ai.TOOL_FAILED, {"callId": call_id, "error": message})
 
 
 class _TurnLedger:
@@ -720,7 +823,8 @@ class _TurnLedger:
             reply_id = self.reply_of.get(turn_id)
             reply = next((m for m in reversed(state.messages) if m.id == reply_id), None)
             error = state.error.message if outcome == "failed" and state.error is not None else None
-            self.outcomes[turn_id] = TurnOutcome(turn_id, outcome, reply.final_text if reply is not None else "", error)
+            text = reply.final_text if reply is not None else ""
+            self.outcomes[turn_id] = TurnOutcome(turn_id, outcome, text, error, index)
         self.last_turn = state.last_turn
 
 
@@ -766,7 +870,8 @@ class _StepStream:
             if step is None or step.id != self.step_id or step.status != "running":
                 return  # the step was stopped or superseded: its later parts are dropped
             events = [Event("", ai.STREAM, {"stepId": self.step_id, "parts": wire})] if wire else []
-            await runner._append_locked([*events, *extra])
+            if events or extra:
+                await runner._commit_locked([*events, *extra])
 
     async def close(self, final: Sequence[Event]) -> None:
         """Flush what is left together with the step's final events, in one batch."""

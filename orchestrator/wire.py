@@ -48,7 +48,10 @@ from orchestrator.stream import (
 )
 
 __all__ = [
+    "action_from_wire",
     "action_to_wire",
+    "message_from_wire",
+    "message_part_from_wire",
     "message_to_wire",
     "pack",
     "parse_action",
@@ -363,6 +366,22 @@ def parse_action(obj: Any) -> SessionAction:
     return simple[tag]()
 
 
+def action_from_wire(obj: Mapping[str, Any]) -> SessionAction:
+    """A session action from trusted wire data (our own nested batches): no per-field checks."""
+    tag = obj["type"]
+    if tag == "part":
+        within = obj.get("within")
+        return ApplyPart(
+            part_from_wire(obj["part"]), within if isinstance(within, str) or within is None else tuple(within)
+        )
+    if tag in ("toolPhase", "tool_phase"):
+        return ToolPhase(obj["name"], obj["state"], obj.get("prompt"), obj.get("id"))
+    if tag == "send":
+        return Send(obj["id"], obj["text"])
+    simple: dict[str, type[Stop | Retry | Reset]] = {"stop": Stop, "retry": Retry, "reset": Reset}
+    return simple[tag]()
+
+
 def action_to_wire(action: SessionAction) -> dict[str, Any]:
     """The seed's JSON for an action."""
     match action:
@@ -490,6 +509,57 @@ def _parse_message_part(obj: Any, prefix: str) -> MessagePart:
         obj, (_req("id", "id", _nonempty), _req("name", "name", _nonempty), _opt("data", "data", _json)), what, prefix
     )
     return DataPart(kw["id"], kw["name"], kw.get("data"))
+
+
+def message_from_wire(obj: Mapping[str, Any]) -> AgentMessage:
+    """A message from trusted wire data (our own mutations and snapshots): no per-field checks."""
+    return AgentMessage(
+        obj["id"],
+        obj["role"],
+        tuple(message_part_from_wire(p) for p in obj.get("parts", ())),
+        obj.get("revision", 0),
+        obj.get("metadata"),
+    )
+
+
+def message_part_from_wire(obj: Mapping[str, Any]) -> MessagePart:
+    """A message part from trusted wire data."""
+    tag = obj["type"]
+    if tag == "text":
+        return TextPart(obj["id"], obj["text"])
+    if tag == "tool":
+        agent = obj.get("agent")
+        nested = None
+        if agent is not None:
+            error = agent.get("error")
+            nested = NestedRun(
+                PVec([message_from_wire(m) for m in agent.get("messages", ())]),
+                agent.get("status", "streaming"),
+                None if error is None else SessionError(error["message"], error.get("code")),
+            )
+        return ToolPart(
+            obj["id"],
+            obj["name"],
+            obj.get("input"),
+            obj["state"],
+            output=obj.get("output"),
+            error=obj.get("error"),
+            prompt=obj.get("prompt"),
+            agent=nested,
+            input_text=obj.get("inputText"),
+        )
+    if tag == "reasoning":
+        return ReasoningPart(obj["id"], obj["text"])
+    if tag == "compaction":
+        return CompactionPart(
+            obj["id"],
+            obj["status"],
+            obj.get("summary"),
+            obj.get("inputTokens"),
+            obj.get("thresholdTokens"),
+            obj.get("usage"),
+        )
+    return DataPart(obj["id"], obj["name"], obj.get("data"))
 
 
 def message_to_wire(message: AgentMessage) -> dict[str, Any]:

@@ -20,6 +20,7 @@ it got, and reports the steps no request reached.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -90,7 +91,10 @@ class ScriptedModel:
         self.steps = check_script(steps)
         self.per_turn = per_turn
         self._name = name
-        self.requests: list[ModelRequest] = []
+        # Recent requests only (a long benchmark must not keep every prompt alive), and every
+        # position ever played (for unconsumed()).
+        self.requests: deque[ModelRequest] = deque(maxlen=256)
+        self._reached: set[int] = set()
 
     @property
     def name(self) -> str:
@@ -103,8 +107,7 @@ class ScriptedModel:
 
     def unconsumed(self) -> list[int]:
         """The steps no recorded request reached (recorded in this process)."""
-        reached = {self.position(r) for r in self.requests if r.purpose == "generate"}
-        return [i for i in range(len(self.steps)) if i not in reached]
+        return [i for i in range(len(self.steps)) if i not in self._reached]
 
     def assert_consumed(self) -> None:
         """Raise when a step of the script was never played."""
@@ -115,6 +118,8 @@ class ScriptedModel:
     async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
         """The parts of the step at the request's position."""
         self.requests.append(request)
+        if request.purpose == "generate":
+            self._reached.add(self.position(request))
         if request.purpose == "compact":
             yield TextDelta(_summary(request))
             yield StepFinish({"inputTokens": 1, "outputTokens": 1}, "stop")

@@ -85,6 +85,9 @@ def connect_writer(path: str, *, busy_timeout: float) -> sqlite3.Connection:
         # Keep the WAL file from staying large after a burst (it is reused, not shrunk, otherwise).
         conn.execute("PRAGMA journal_size_limit = 67108864")
         _ensure_schema(conn, path)
+        # From here on the writer takes the write lock itself, retrying quickly (see
+        # _writer._begin_immediate): SQLite's own busy handler would sleep in coarse steps.
+        conn.execute("PRAGMA busy_timeout = 0")
     except BaseException:
         conn.close()
         raise

@@ -114,7 +114,9 @@ def check_snapshot(session_id: object, reducer: object, index: object, data: obj
     return bytes(data)
 
 
-def prepare_batch(session_id: object, events: object, expected_index: object) -> PreparedBatch:
+def prepare_batch(
+    session_id: object, events: object, expected_index: object, *, trusted: bool = False
+) -> PreparedBatch:
     """Check one batch and encode its payloads.
 
     Raises:
@@ -133,7 +135,7 @@ def prepare_batch(session_id: object, events: object, expected_index: object) ->
             f"the batch for session {sid!r} is empty: pass at least one Event "
             "(an empty append would write nothing and return no index)"
         )
-    prepared = tuple(_prepare_event(e, i) for i, e in enumerate(events))
+    prepared = tuple(_prepare_event(e, i, trusted) for i, e in enumerate(events))
     seen: set[str] = set()
     for event in prepared:
         if event.id in seen:
@@ -146,7 +148,7 @@ def prepare_batch(session_id: object, events: object, expected_index: object) ->
     return PreparedBatch(sid, prepared, expected_index if isinstance(expected_index, int) else None)
 
 
-def _prepare_event(event: object, position: int) -> PreparedEvent:
+def _prepare_event(event: object, position: int, trusted: bool = False) -> PreparedEvent:
     if not isinstance(event, Event):
         raise UsageError(
             f"events[{position}] is a {type(event).__name__}, not an Event: "
@@ -160,7 +162,7 @@ def _prepare_event(event: object, position: int) -> PreparedEvent:
     payload: object = event.payload
     if not isinstance(payload, Mapping):
         raise UsageError(f"event {event_id!r}: payload must be a JSON object (a dict), got {type(payload).__name__}")
-    problem = _json_problem(payload, 0)
+    problem = None if trusted else _json_problem(payload, 0)
     if problem is not None:
         path, what = problem
         raise UsageError(

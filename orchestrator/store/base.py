@@ -79,7 +79,9 @@ class EventStore(Protocol):
         """The URL that ``open_store`` opens this store with."""
         ...
 
-    async def append(self, session_id: str, events: Sequence[Event], expected_index: int | None = None) -> AppendResult:
+    async def append(
+        self, session_id: str, events: Sequence[Event], expected_index: int | None = None, *, trusted: bool = False
+    ) -> AppendResult:
         """Append one atomic batch to a session's log.
 
         Returns:
@@ -91,6 +93,9 @@ class EventStore(Protocol):
             PartialDuplicateBatch: an event id is reused with other content, type or session,
                 only part of the batch is already stored, or the batch holds an id twice.
             UsageError: invalid input (empty batch, empty session id, non-JSON payload, …).
+
+        ``trusted`` skips the check that every payload is JSON, for writers that build their
+        payloads from checked values (the session log does); ids and types are always checked.
         """
         ...
 

@@ -86,9 +86,11 @@ class MemoryStore:
         """Whether ``close`` was called."""
         return self._closed
 
-    async def append(self, session_id: str, events: Sequence[Event], expected_index: int | None = None) -> AppendResult:
+    async def append(
+        self, session_id: str, events: Sequence[Event], expected_index: int | None = None, *, trusted: bool = False
+    ) -> AppendResult:
         """Append one atomic batch (see ``EventStore.append``)."""
-        batch = prepare_batch(session_id, events, expected_index)
+        batch = prepare_batch(session_id, events, expected_index, trusted=trusted)
         self._check_open()
         with self._data.lock:
             return self._apply(batch)

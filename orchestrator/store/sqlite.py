@@ -104,6 +104,7 @@ class SqliteStore:
             functools.partial(_open_writer, self._path, busy_timeout),
             name="troupe-sqlite-writer",
             describe=self._url,
+            busy_timeout=busy_timeout,
         )
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="troupe-sqlite-read")
         self._idle: list[sqlite3.Connection] = []
@@ -129,13 +130,15 @@ class SqliteStore:
 
     # -- writes ------------------------------------------------------------------------------
 
-    async def append(self, session_id: str, events: Sequence[Event], expected_index: int | None = None) -> AppendResult:
+    async def append(
+        self, session_id: str, events: Sequence[Event], expected_index: int | None = None, *, trusted: bool = False
+    ) -> AppendResult:
         """Append one atomic batch (see ``EventStore.append``); returns after it is committed.
 
         Cancelling the call does not withdraw a batch that was already queued; re-appending it
         is safe (an identical batch replays its result).
         """
-        batch = prepare_batch(session_id, events, expected_index)
+        batch = prepare_batch(session_id, events, expected_index, trusted=trusted)
         self._check_open()
         result = (await self._writer.submit(lambda conn: self._write(conn, [batch])))[0]
         if isinstance(result, StoreError):

@@ -1,0 +1,367 @@
+"""``troupe bench shop``: a faithful, reproducible agent workload, end to end on Ray.
+
+The workload (defined exactly, so it can be compared with other systems):
+
+- Two agents on ``ScriptedModel``. ``shop`` has ``add_to_cart`` and ``delegate_to_researcher``;
+  its sub-agent ``researcher`` has ``lookup_price``.
+- Each user turn ``shop`` runs three model steps: (1) 50 text chunks of 4 characters
+  (``A000``..``A049``), then ``add_to_cart {"slug": "mug", "qty": 2}``; (2)
+  ``delegate_to_researcher {"task": "compare mug prices"}``; (3) 100 chunks ``C000``..``C099``,
+  finish. ``researcher`` runs two steps: 50 chunks ``R000``..``R049`` then
+  ``lookup_price {"slug": "mug"}``; then 50 chunks ``S000``..``S049``, finish (that text is the
+  delegate call's result).
+- ``add_to_cart`` sleeps 2 ms and returns "Added."; ``lookup_price`` sleeps 1 ms and returns
+  "4.99"; the model yields to the event loop after every chunk, as a network stream would.
+- A session is three user turns in a row. The store is a SQLite file. N sessions start at once;
+  a consumer subscribes to every session (subscribe, then snapshot, then mutations) and must see
+  every chunk, tool call and result live, nested parts under their delegate call. Everything
+  delivered is verified per turn; a missing item fails the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from actors.client import LiveView, Session
+from actors.runtime import Runtime
+from orchestrator.agent import Agent
+from orchestrator.models.scripted import ScriptedModel
+from orchestrator.parts import AgentMessage, TextPart, ToolPart
+from tools.builtin import add_to_cart, lookup_price
+
+__all__ = ["PROMPTS", "ShopFigures", "bench_shop", "format_shop", "shop_agent", "verify_turn"]
+
+PROMPTS = (
+    "I would like two mugs, please.",
+    "Add two more mugs and check the price.",
+    "One more round: two mugs, and compare prices again.",
+)
+CHUNKS_PER_TURN = 50 + 100 + 50 + 50
+"""Text chunks a turn delivers: 150 at the top level, 100 nested under the delegate call."""
+
+
+@functools.cache
+def chunks(prefix: str, count: int) -> str:
+    """``A000A001...``: ``count`` chunks of 4 characters."""
+    return "".join(f"{prefix}{i:03d}" for i in range(count))
+
+
+def shop_agent() -> Agent:
+    """The two agents of the workload."""
+    researcher = Agent(
+        "researcher",
+        "Compare prices.",
+        ScriptedModel(
+            [
+                [{"text": chunks("R", 50), "chunk": 4}, {"tool": "lookup_price", "input": {"slug": "mug"}}],
+                [{"text": chunks("S", 50), "chunk": 4}, {"finish": "stop"}],
+            ],
+            per_turn=True,
+        ),
+        tools=[lookup_price],
+    )
+    return Agent(
+        "shop",
+        "You help the user shop.",
+        ScriptedModel(
+            [
+                [{"text": chunks("A", 50), "chunk": 4}, {"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}}],
+                [{"tool": "delegate_to_researcher", "input": {"task": "compare mug prices"}}],
+                [{"text": chunks("C", 100), "chunk": 4}, {"finish": "stop"}],
+            ],
+            per_turn=True,
+        ),
+        tools=[add_to_cart],
+        agents=[researcher],
+    )
+
+
+def _show(part: object) -> str:
+    text = part.text if isinstance(part, TextPart) else repr(part)
+    return f"{text[:24]!r}...{text[-24:]!r} ({len(text)} chars)"
+
+
+def verify_turn(reply: AgentMessage) -> int:
+    """Check one turn's assistant message as a subscriber assembled it; returns chunks seen.
+
+    Raises:
+        AssertionError: naming what is missing or wrong.
+    """
+    kinds = [p.type for p in reply.parts]
+    assert kinds == ["text", "tool", "tool", "text"], f"{reply.id}: parts {kinds}"
+    first, cart, delegate, last = reply.parts
+    assert isinstance(first, TextPart) and first.text == chunks("A", 50), f"{reply.id}: first text {_show(first)}"
+    assert isinstance(cart, ToolPart) and (cart.name, cart.state, cart.output) == ("add_to_cart", "done", "Added.")
+    assert cart.input == {"slug": "mug", "qty": 2}, f"{reply.id}: add_to_cart input {cart.input}"
+    assert isinstance(delegate, ToolPart) and delegate.name == "delegate_to_researcher", f"{reply.id}: delegate"
+    assert (delegate.state, delegate.output) == ("done", chunks("S", 50)), f"{reply.id}: delegate result"
+    assert isinstance(last, TextPart) and last.text == chunks("C", 100), f"{reply.id}: final text {_show(last)}"
+    nested = delegate.agent
+    assert nested is not None, f"{reply.id}: no nested run under the delegate call"
+    child = nested.messages[-1]
+    kinds = [p.type for p in child.parts]
+    assert kinds == ["text", "tool", "text"], f"{reply.id}: nested parts {kinds}"
+    r_text, price, s_text = child.parts
+    assert isinstance(r_text, TextPart) and r_text.text == chunks("R", 50), (
+        f"{reply.id}: nested first text {r_text.text[:40]!r}...{r_text.text[-40:]!r} ({len(r_text.text)} chars)"
+    )
+    assert isinstance(price, ToolPart) and (price.name, price.state, price.output) == ("lookup_price", "done", "4.99")
+    assert isinstance(s_text, TextPart) and s_text.text == chunks("S", 50), f"{reply.id}: nested final text"
+    return (first.length + last.length + r_text.length + s_text.length) // 4
+
+
+@dataclass
+class ShopRun:
+    """One run at one N."""
+
+    sessions: int
+    wall_s: float
+    sessions_per_s: float
+    text_chunks_per_s: float
+    ttft_ms_p50: float
+    ttft_ms_p99: float
+    peak_rss_mb: float
+    baseline_rss_mb: float
+    memory_per_session_kb: float
+    store_bytes_per_session: float
+    cpu_s: float
+
+
+@dataclass
+class ShopFigures:
+    """Every run at one N, and their median and spread."""
+
+    sessions: int
+    runs: list[ShopRun] = field(default_factory=list)
+
+    def median(self, key: str) -> float:
+        """The median of one figure over the runs."""
+        return float(statistics.median(getattr(r, key) for r in self.runs))
+
+    def spread(self, key: str) -> float:
+        """Max minus min of one figure over the runs."""
+        values = [getattr(r, key) for r in self.runs]
+        return float(max(values) - min(values))
+
+    def summary(self) -> dict[str, Any]:
+        """Medians (and spreads) of every figure, for ``--json``."""
+        keys = [k for k in asdict(self.runs[0]) if k != "sessions"]
+        out: dict[str, Any] = {"sessions": self.sessions, "repeats": len(self.runs)}
+        for key in keys:
+            out[key] = round(self.median(key), 3)
+            out[f"{key}_spread"] = round(self.spread(key), 3)
+        out["runs"] = [asdict(r) for r in self.runs]
+        return out
+
+
+class _Memory:
+    """Samples the RSS of this process and every descendant (Ray's processes included)."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def total() -> int:
+        me = psutil.Process()
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    @staticmethod
+    def cpu() -> float:
+        me = psutil.Process()
+        total = 0.0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.total())
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> _Memory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.total())
+
+
+async def _one_session(session: Session, ttfts: list[float]) -> int:
+    """Three turns, watched by a live view; returns the text chunks the view saw."""
+    view: LiveView = await session.live()
+    waiting: dict[str, Any] = {}
+
+    def seen(_: object) -> None:
+        start = waiting.get("start")
+        if start is None:
+            return
+        messages = view.view.state.messages
+        if messages and messages[-1].role == "assistant" and messages[-1].text and len(messages) > waiting["count"]:
+            ttfts.append(time.perf_counter() - start)
+            waiting["start"] = None
+
+    view.listeners.append(seen)
+    delivered = 0
+    try:
+        for number, prompt in enumerate(PROMPTS, start=1):
+            waiting["count"] = len(view.view.state.messages) + 1
+            waiting["start"] = time.perf_counter()
+            turn = await session.prompt(prompt)
+            result = await turn.finished
+            if not result.success:
+                raise AssertionError(f"{session.id} turn {number}: {result.outcome} {result.error}")
+            await view.wait_for(lambda v, i=result.index: v.index >= i, timeout=60)
+            reply = view.view.state.messages[-1]
+            assert view.view.state.messages[-2].text == prompt, f"{session.id} turn {number}: the prompt is missing"
+            delivered += verify_turn(reply)
+    finally:
+        await view.close()
+    if delivered != CHUNKS_PER_TURN * len(PROMPTS):
+        raise AssertionError(f"{session.id}: {delivered} chunks delivered, expected {CHUNKS_PER_TURN * len(PROMPTS)}")
+    return delivered
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    k = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[k]
+
+
+async def _run_once(rt: Runtime, n: int, run: int, store: Path, baseline: int) -> ShopRun:
+    agent = shop_agent()
+    sessions = [rt.session(f"bench-{run}-{i}", agent=agent) for i in range(n)]
+    ttfts: list[float] = []
+    before_bytes = _store_bytes(store)
+    cpu0 = _Memory.cpu()
+    with _Memory() as memory:
+        start = time.perf_counter()
+        delivered = await asyncio.gather(*(_one_session(s, ttfts) for s in sessions))
+        wall = time.perf_counter() - start
+    cpu = _Memory.cpu() - cpu0
+    await rt.deactivate_idle()
+    stored = _store_bytes(store) - before_bytes
+    return ShopRun(
+        sessions=n,
+        wall_s=round(wall, 3),
+        sessions_per_s=round(n / wall, 2),
+        text_chunks_per_s=round(sum(delivered) / wall, 1),
+        ttft_ms_p50=round(_percentile(ttfts, 0.5) * 1000, 2),
+        ttft_ms_p99=round(_percentile(ttfts, 0.99) * 1000, 2),
+        peak_rss_mb=round(memory.peak / 2**20, 1),
+        baseline_rss_mb=round(baseline / 2**20, 1),
+        memory_per_session_kb=round(max(memory.peak - baseline, 0) / n / 1024, 1),
+        store_bytes_per_session=round(stored / n, 1),
+        cpu_s=round(cpu, 2),
+    )
+
+
+def _store_bytes(path: Path) -> int:
+    import sqlite3
+
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path.stat().st_size
+
+
+async def bench_shop(
+    sizes: Sequence[int] = (1, 10, 100, 1000),
+    *,
+    repeats: int = 3,
+    workdir: str | None = None,
+    placement: str = "pooled",
+    hosts_per_node: int | None = None,
+    children: str = "local",
+    progress: Any = None,
+) -> list[ShopFigures]:
+    """Run the workload at every N, ``repeats`` times each, on a fresh local Ray and SQLite file."""
+    own = workdir is None
+    base = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-"))
+    os.makedirs(base, exist_ok=True)
+    store = base / "shop.db"
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    figures: list[ShopFigures] = []
+    try:
+        async with Runtime(
+            store=f"sqlite:///{store}",
+            placement=placement,  # type: ignore[arg-type]
+            hosts_per_node=hosts_per_node,
+            children=children,  # type: ignore[arg-type]
+            namespace="troupe-bench",
+            ray_options={"_temp_dir": str(base / "ray"), "num_cpus": os.cpu_count() or 2},
+        ) as rt:
+            await _run_once(rt, 2, 0, store, _Memory.total())  # warm up every host
+            for n in sizes:
+                result = ShopFigures(n)
+                for r in range(repeats):
+                    await rt.deactivate_idle()
+                    baseline = _Memory.total()
+                    result.runs.append(await _run_once(rt, n, 1 + len(figures) * 100 + r, store, baseline))
+                    if progress is not None:
+                        progress(result.runs[-1])
+                figures.append(result)
+    finally:
+        if own:
+            shutil.rmtree(base, ignore_errors=True)
+    return figures
+
+
+def format_shop(figures: Sequence[ShopFigures]) -> str:
+    """The table for the README: medians, and the spread in parentheses."""
+    header = (
+        f"{'N':>5} {'wall s':>8} {'sessions/s':>11} {'chunks/s':>10} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} "
+        f"{'peak RSS MB':>12} {'KB/session':>11} {'store B/session':>16} {'CPU s':>7}"
+    )
+    lines = [header]
+    for f in figures:
+        lines.append(
+            f"{f.sessions:>5} {f.median('wall_s'):>8.2f} "
+            f"{f.median('sessions_per_s'):>11.1f} {f.median('text_chunks_per_s'):>10.0f} "
+            f"{f.median('ttft_ms_p50'):>12.1f} {f.median('ttft_ms_p99'):>12.1f} "
+            f"{f.median('peak_rss_mb'):>12.0f} {f.median('memory_per_session_kb'):>11.1f} "
+            f"{f.median('store_bytes_per_session'):>16.0f} {f.median('cpu_s'):>7.1f}"
+        )
+        lines.append(
+            f"{'':>5} {'':>8} {'±' + format(f.spread('sessions_per_s'), '.1f'):>11} "
+            f"{'±' + format(f.spread('text_chunks_per_s'), '.0f'):>10} "
+            f"{'±' + format(f.spread('ttft_ms_p50'), '.1f'):>12}"
+        )
+    return "\n".join(lines)
+
+
+def write_json(path: str, figures: Sequence[ShopFigures]) -> None:
+    """The figures, keyed by N."""
+    Path(path).write_text(json.dumps({str(f.sessions): f.summary() for f in figures}, indent=2) + "\n")

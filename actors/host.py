@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -82,9 +83,9 @@ class SessionHost:
     def __init__(self, name: str, options: HostOptions) -> None:
         self.name = name
         self.options = options
-        self.store = open_store(options.store)
+        self.store = open_store(_inline(options.store))
         self.registry = AgentRegistry(self.store)
-        self.hub = MutationHub(linger=options.poll_linger)
+        self.hub = MutationHub(linger=float(os.environ.get("TROUPE_POLL_LINGER", options.poll_linger)))
         self.hosted: dict[str, _Hosted] = {}
         self._opening: dict[str, asyncio.Future[_Hosted]] = {}
         self.router = Router(
@@ -149,7 +150,6 @@ class SessionHost:
                 session_id,
                 agent,
                 children=self._children(agent_key),
-                flush_interval=self.options.flush_interval,
                 flush_parts=self.options.flush_parts,
                 start=False,
             )
@@ -370,7 +370,8 @@ class SessionHost:
         runner.listeners.append(listen)
         hosted.busy += 1
         try:
-            await forwarder.snapshot(runner.state, runner.log.index)
+            if runner.log.index > 0:  # re-attaching: the parent's copy must catch up first
+                await forwarder.snapshot(runner.state, runner.log.index)
             task_id = task_input_id(request.child_id)
             state = runner.state
             if state.turns == 0 and state.inbox.get(task_id) is None and task_id not in state.pending:
@@ -452,6 +453,14 @@ class SessionHost:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._directory_task
         await self.store.close()
+
+
+def _inline(url: str) -> str:
+    """The writer a host's SQLite store uses (``TROUPE_SQLITE_WRITER``: thread or inline)."""
+    writer = os.environ.get("TROUPE_SQLITE_WRITER", "thread")
+    if url.startswith("sqlite:") and "?" not in url and writer != "thread":
+        return f"{url}?writer={writer}"
+    return url
 
 
 def _command_id() -> str:

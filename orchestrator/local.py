@@ -57,7 +57,8 @@ class LocalChildren:
 
         runner.listeners.append(listen)  # type: ignore[arg-type]
         try:
-            await forwarder.snapshot(runner.state, runner.log.index)
+            if runner.log.index > 0:  # re-attaching: the parent's copy must catch up first
+                await forwarder.snapshot(runner.state, runner.log.index)
             task_id = task_input_id(request.child_id)
             if runner.state.turns == 0 and runner.state.inbox.get(task_id) is None:
                 await runner.submit(SendInput(task_id, request.task))

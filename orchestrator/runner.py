@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -90,15 +91,20 @@ class SessionRunner:
         *,
         children: Children | None = None,
         clock: Callable[[], float] = time.time,
-        flush_interval: float = 0.004,
+        flush_interval: float = float(os.environ.get("TROUPE_FLUSH_FIRST", "0.004")),
+        flush_every: float = float(os.environ.get("TROUPE_FLUSH_EVERY", "0.02")),
         flush_parts: int = 256,
+        nested_delay: float = 0.01,
     ) -> None:
         self.log = log
         self.agent = agent
         self.children = children
         self.clock = clock
         self.flush_interval = flush_interval
+        self.flush_every = max(flush_every, flush_interval)
         self.flush_parts = flush_parts
+        self.nested_delay = nested_delay
+        self._nested_timer: asyncio.TimerHandle | None = None
         self.limits = Limits(agent.max_steps)
         self.listeners: list[Listener] = []
         self._lock = asyncio.Lock()
@@ -110,6 +116,8 @@ class SessionRunner:
         self._closed = False
         self._cancelling = False
         self._waiters = 0
+        self._queue: list[tuple[Sequence[Event], asyncio.Future[list[Applied]]]] = []
+        self._draining = False
         self._background: set[asyncio.Task[Any]] = set()
         self._held: dict[str, dict[int, ChildBatch]] = {}
         self._ledger = _TurnLedger(log.state)
@@ -154,8 +162,47 @@ class SessionRunner:
     # -- the one way anything changes ----------------------------------------------------------
 
     async def _append(self, events: Sequence[Event]) -> list[Applied]:
-        async with self._lock:
-            return await self._commit_locked(events)
+        """Queue ``events`` for the session's next write and wait until it is durable.
+
+        Everything queued while a write is in flight (stream flushes, sub-agent batches, tool
+        results) goes out together in the next one: group commit at the session level, so the
+        number of writes follows what the store can take rather than how many producers there are.
+        """
+        future: asyncio.Future[list[Applied]] = asyncio.get_running_loop().create_future()
+        self._queue.append((events, future))
+        self._request_drain()
+        return await future
+
+    def _request_drain(self) -> None:
+        if not self._draining and not self._closed:
+            self._draining = True
+            self._spawn(self._drain())
+
+    async def _drain(self) -> None:
+        if self._nested_timer is not None:
+            self._nested_timer.cancel()
+            self._nested_timer = None
+        try:
+            while self._queue or self._nested_ready():
+                async with self._lock:
+                    items, self._queue = self._queue, []
+                    events = [*self._take_nested(), *(e for batch, _ in items for e in batch)]
+                    try:
+                        applied = await self._commit_locked(events) if events else []
+                    except BaseException as error:
+                        for _, future in items:
+                            if not future.done():
+                                future.set_exception(error)
+                        if not isinstance(error, Exception):
+                            raise
+                        continue
+                    for _, future in items:
+                        if not future.done():
+                            future.set_result(applied)
+        finally:
+            self._draining = False
+            if self._queue and not self._closed:
+                self._request_drain()
 
     async def _commit_locked(self, events: Sequence[Event]) -> list[Applied]:
         """Append ``events`` and whatever the planner decides follows them, as one batch.
@@ -174,6 +221,8 @@ class SessionRunner:
         def add(new: Sequence[Event]) -> None:
             nonlocal state
             for event in new:
+                if _stale(state, event):
+                    continue  # a late part or end of a step that was stopped or superseded: dropped
                 stamped = log.stamp(event, len(batch), now)
                 folded = log.fold([stamped], state)[0]
                 batch.append(stamped)
@@ -750,35 +799,55 @@ class SessionRunner:
             await self._fail_tool(record.id, result.error, result.code)
 
     async def deliver(self, batch: ChildBatch) -> None:
-        """Apply a sub-agent's batch under its call, in order, once.
+        """Take a sub-agent's batch; it is applied under its call, in order, once, in the next write.
 
         Duplicates (a ``seq`` already applied) are dropped; a batch whose ``prev`` has not been
-        applied yet is held until the gap fills (async Ray calls may arrive out of order).
+        applied yet is held until the gap fills (async Ray calls may arrive out of order). It
+        returns at once: the sub-agent never waits for its parent's store.
         """
-        async with self._lock:
-            held = self._held.setdefault(batch.call_id, {})
-            if batch.prev is None:  # a snapshot supersedes whatever it covers, nothing after it
-                for key in [k for k, b in held.items() if b.seq <= batch.seq]:
-                    del held[key]
-            held[batch.prev if batch.prev is not None else -1] = batch
-            events = []
-            record = self.log.state.tools.get(batch.call_id)
+        held = self._held.setdefault(batch.call_id, {})
+        if batch.prev is None:  # a snapshot supersedes whatever it covers, nothing after it
+            for key in [k for k, b in held.items() if b.seq <= batch.seq]:
+                del held[key]
+        held[batch.prev if batch.prev is not None else -1] = batch
+        # Nested batches are not on any latency path: wait a moment so several go out in one
+        # write (a write that happens meanwhile takes them along anyway).
+        if self._nested_timer is None and not self._draining:
+            self._nested_timer = asyncio.get_running_loop().call_later(self.nested_delay, self._nested_due)
+
+    def _nested_due(self) -> None:
+        self._nested_timer = None
+        self._request_drain()
+
+    def _nested_ready(self) -> bool:
+        tools = self.log.state.tools
+        for call_id, held in self._held.items():
+            record = tools.get(call_id)
+            applied = record.child_seq if record is not None else 0
+            if -1 in held or applied in held:
+                return True
+        return False
+
+    def _take_nested(self) -> list[Event]:
+        """NESTED events for every held batch that is next in its call's sequence."""
+        events: list[Event] = []
+        tools = self.log.state.tools
+        for call_id, held in list(self._held.items()):
+            record = tools.get(call_id)
             applied = record.child_seq if record is not None else 0
             while True:
                 ready = held.pop(-1, None) or held.pop(applied, None)
                 if ready is None:
                     break
                 if ready.seq > applied:
-                    events.append(
-                        Event(
-                            "", ai.NESTED, {"callId": ready.call_id, "seq": ready.seq, "actions": list(ready.actions)}
-                        )
-                    )
+                    payload: JsonObject = {"callId": ready.call_id, "seq": ready.seq, "actions": list(ready.actions)}
+                    events.append(Event("", ai.NESTED, payload))
                     applied = ready.seq
             for key in [k for k in held if k != -1 and held[k].seq <= applied]:
                 del held[key]
-            if events:
-                await self._commit_locked(events)
+            if not held:
+                del self._held[call_id]
+        return events
 
 
 def _arguments(state: AIState, call_id: str) -> JsonValue:
@@ -788,6 +857,16 @@ def _arguments(state: AIState, call_id: str) -> JsonValue:
             if type(part) is ToolPart and part.id == call_id:
                 return part.input
     return None
+
+
+def _stale(state: AIState, event: Event) -> bool:
+    """A stream flush or step end whose step is no longer the running one."""
+    kind = event.type
+    if kind not in (ai.STREAM, ai.STEP_FINISHED, ai.STEP_FAILED) or "callId" in event.payload:
+        return False
+    active = state.active
+    step = active.step if active is not None else None
+    return step is None or step.id != event.payload.get("stepId") or step.status != "running"
 
 
 def _failed(call_id: str, message: str) -> Event:
@@ -837,6 +916,7 @@ class _StepStream:
         self.parts: list[AgentStreamPart] = []
         self.timer: asyncio.TimerHandle | None = None
         self.flushing: asyncio.Task[None] | None = None
+        self.interval = runner.flush_interval  # the first text goes out fast; later batches grow
 
     def add(self, part: AgentStreamPart) -> None:
         self.parts.append(part)
@@ -847,7 +927,8 @@ class _StepStream:
         if len(parts) >= self.runner.flush_parts:
             await self._flush()
         elif self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(self.runner.flush_interval, self._on_timer)
+            self.timer = asyncio.get_running_loop().call_later(self.interval, self._on_timer)
+            self.interval = self.runner.flush_every
 
     def _on_timer(self) -> None:
         self.timer = None
@@ -862,16 +943,12 @@ class _StepStream:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        runner = self.runner
-        async with runner._lock:
-            active = runner.log.state.active
-            step = active.step if active is not None else None
-            wire = self._take()
-            if step is None or step.id != self.step_id or step.status != "running":
-                return  # the step was stopped or superseded: its later parts are dropped
-            events = [Event("", ai.STREAM, {"stepId": self.step_id, "parts": wire})] if wire else []
-            if events or extra:
-                await runner._commit_locked([*events, *extra])
+        wire = self._take()
+        events = [Event("", ai.STREAM, {"stepId": self.step_id, "parts": wire})] if wire else []
+        if events or extra:
+            # Queued with whatever else the session writes next; if the step was stopped or
+            # superseded meanwhile, these are dropped when the write is assembled.
+            await self.runner._append([*events, *extra])
 
     async def close(self, final: Sequence[Event]) -> None:
         """Flush what is left together with the step's final events, in one batch."""

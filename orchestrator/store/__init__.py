@@ -46,7 +46,11 @@ _EXAMPLES = {
 
 
 def _open_sqlite(url: str) -> EventStore:
-    rest = url[len("sqlite://") :]
+    rest, _, query = url[len("sqlite://") :].partition("?")
+    options = dict(part.partition("=")[::2] for part in query.split("&") if part)
+    unknown = set(options) - {"writer"}
+    if unknown:
+        raise UsageError(f"{url!r}: unknown option(s) {sorted(unknown)}; the one SQLite option is writer=thread|inline")
     # SQLAlchemy's forms: sqlite:///rel.db -> "rel.db", sqlite:////abs.db -> "/abs.db".
     if not rest.startswith("/"):
         raise UsageError(
@@ -61,7 +65,7 @@ def _open_sqlite(url: str) -> EventStore:
         )
     if path.endswith("/"):
         raise UsageError(f"{url!r} names a directory: add a file name, e.g. {url}troupe.db")
-    return SqliteStore(path, url=url)
+    return SqliteStore(path, url=url, writer=options.get("writer", "thread"))
 
 
 _backends: dict[str, StoreFactory] = {"memory": open_memory_store, "sqlite": _open_sqlite}

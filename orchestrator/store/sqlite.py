@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
 
-from orchestrator.errors import StoreError
+from orchestrator.errors import StoreError, UsageError
 from orchestrator.events import AppendResult, Event
 from orchestrator.store._codec import compress, decode
 from orchestrator.store._rules import StoredEvent, conflict, replay_result
@@ -38,7 +38,7 @@ from orchestrator.store._validate import (
     prepare_all,
     prepare_batch,
 )
-from orchestrator.store._writer import GroupCommitWriter
+from orchestrator.store._writer import GroupCommitWriter, InlineGroupWriter
 from orchestrator.store.base import AppendBatch, SessionSummary, Snapshot
 
 __all__ = ["SqliteStore"]
@@ -75,6 +75,7 @@ class SqliteStore:
         busy_timeout: float = 30.0,
         readers: int = 4,
         clock: Callable[[], float] = time.time,
+        writer: str = "thread",
         _after_row: Callable[[int], None] | None = None,
     ) -> None:
         """Open (or create) the store at ``path``; missing parent directories are created.
@@ -87,6 +88,9 @@ class SqliteStore:
                 only for one short group transaction.
             readers: reader threads (and connections).
             clock: the time source for session ``created_at``/``updated_at``.
+            writer: ``thread`` (a writer thread owns the write connection; the default) or
+                ``inline`` (group commit on the event loop that calls it: what session hosts
+                use, where a thread hop per commit costs more than the commit).
             _after_row: test-only hook called on the writer thread after each event row is
                 inserted, with the number of rows this store object has inserted so far; the
                 crash tests use it to kill the process in the middle of a batch.
@@ -100,7 +104,10 @@ class SqliteStore:
         self._closed = False
         # The writer must not hold the store (a bound method would): then a store dropped without
         # close() can be collected, and its finalizer stops the writer thread.
-        self._writer = GroupCommitWriter(
+        if writer not in ("thread", "inline"):
+            raise UsageError(f"writer must be 'thread' or 'inline', not {writer!r}")
+        kind = InlineGroupWriter if writer == "inline" else GroupCommitWriter
+        self._writer = kind(
             functools.partial(_open_writer, self._path, busy_timeout),
             name="troupe-sqlite-writer",
             describe=self._url,

@@ -19,10 +19,12 @@ from orchestrator.store import EventStore, SqliteStore, open_store
 _names = itertools.count()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-inline"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "memory":
         return f"memory://contract-{next(_names)}"
+    if request.param == "sqlite-inline":  # group commit on the loop thread (what hosts use)
+        return f"sqlite:///{tmp_path}/s.db?writer=inline"
     return f"sqlite:///{tmp_path}/s.db"
 
 

@@ -116,7 +116,7 @@ class SessionHost:
             import ray
 
             node = ray.get_runtime_context().get_node_id()
-        return {"name": self.name, "node": node, "started": self.started}
+        return {"name": self.name, "node": node, "started": self.started, "pid": os.getpid()}
 
     async def watch(self) -> None:
         """Never returns: the supervisor awaits it to learn when this host dies."""

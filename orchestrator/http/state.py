@@ -1,0 +1,33 @@
+"""The JSON of a session's state as the HTTP API returns it (``GET .../state``, SSE snapshots)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from orchestrator.aistate import AIState
+from orchestrator.mutations import info_of, turn_of
+from orchestrator.wire import state_to_wire
+
+__all__ = ["state_json"]
+
+
+def state_json(state: AIState) -> dict[str, Any]:
+    """The conversation (``state_to_wire``: messages, status, error) and what surrounds it.
+
+    ``inbox`` (pending inputs, paused), ``active`` (the turn, with its step), ``lastTurn``,
+    ``interactions`` (approvals), ``app`` (the contract's state) and ``usage``, in camelCase.
+    """
+    out = state_to_wire(state.session)
+    info = info_of(state)
+    out["inbox"] = {"items": info["queued"], "paused": state.inbox.paused}
+    out["active"] = turn_of(state)
+    out["lastTurn"] = info["lastTurn"]
+    out["interactions"] = [
+        {"id": i.id, "callId": i.call_id, "name": i.name, "prompt": i.prompt, "status": i.status}
+        for i in state.interactions.values()
+    ]
+    out["app"] = to_jsonable_python(dict(state.app), fallback=str)
+    out["usage"] = {"inputTokens": state.usage.input_tokens, "outputTokens": state.usage.output_tokens}
+    return out

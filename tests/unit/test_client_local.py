@@ -1,0 +1,163 @@
+"""The Session client API end to end over the in-process runtime (the same code the Ray runtime uses)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from actors.local import LocalRuntime
+from orchestrator.agent import Agent
+from orchestrator.contract import Contract, Reducer
+from orchestrator.errors import UsageError
+from orchestrator.events import Event
+from orchestrator.mutations import ClientView
+from orchestrator.parts import ToolPart
+from orchestrator.testing import ScriptedModel
+from tools import tool
+
+TIMEOUT = 10
+
+
+@tool(needs_approval=True)
+async def delete_file(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+class Flagged(BaseModel):
+    ticket: str
+
+
+def flags(state: Mapping[str, Any], event: Event) -> Mapping[str, Any]:
+    if event.type == "ticket.flagged":
+        return {**state, "flagged": [*state["flagged"], event.payload["ticket"]]}
+    return state
+
+
+def agent(*steps: list[dict[str, Any]], per_turn: bool = True, **options: Any) -> Agent:
+    return Agent("a", "x", ScriptedModel(list(steps), per_turn=per_turn), **options)
+
+
+@pytest.fixture
+async def rt() -> AsyncIterator[LocalRuntime]:
+    runtime = LocalRuntime()
+    await runtime.start()
+    yield runtime
+    await runtime.close()
+
+
+async def test_prompt_resolves_with_the_final_text_and_live_mirrors_the_state(rt: LocalRuntime) -> None:
+    session = rt.session("s-1", agent=agent([{"text": "Hello there.", "chunk": 2}]))
+    live = await session.live()
+    turn = await session.prompt("hi")
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert (result.success, result.text, result.turn_id) == (True, "Hello there.", "t1")
+    await live.wait_for(lambda v: v.index >= result.index, TIMEOUT)
+    snapshot = await session.state()
+    assert live.view.state == snapshot.state.session
+    assert [m.text for m in await session.messages()] == ["hi", "Hello there."]
+    await live.close()
+
+
+async def test_subscribe_then_snapshot_drops_what_the_snapshot_holds(rt: LocalRuntime) -> None:
+    session = rt.session("s-1", agent=agent([{"text": "one"}]))
+    assert (await (await session.prompt("first")).finished).success
+    subscription = session.subscribe()
+    start = await subscription.ready()
+    snapshot = await session.state()
+    assert snapshot.index >= start
+    view = ClientView.of(snapshot.state.session, snapshot.index)
+    result = await (await session.prompt("second")).finished
+    async for mutation in subscription:
+        view.apply(mutation)
+        if view.index >= result.index:
+            break
+    subscription.close()
+    assert [m.text for m in view.state.messages] == ["first", "one", "second", "one"]
+
+
+async def test_send_queues_behind_the_active_turn_and_info_shows_it(rt: LocalRuntime) -> None:
+    session = rt.session(
+        "s-1", agent=agent([{"tool": "delete_file", "input": {"path": "a"}}], [{"text": "ok"}], tools=[delete_file])
+    )
+    first = await session.prompt("delete a")
+    await session.send("and b", id="u-2")
+    info = await session.info()
+    assert [q["id"] for q in info["queued"]] == ["u-2"]
+    assert info["executing"] is True
+    edit = await session.queue.edit("u-2", "and c")
+    assert edit.outcome == "applied"
+    assert (await session.queue.remove("nope")).reason == "not-pending"
+    stopped = await session.stop(cancel_queued=True)
+    assert stopped.cancelled_queued_prompts == 1
+    assert (await first.finished).outcome == "stopped"
+
+
+async def test_approve_and_deny_through_respond(rt: LocalRuntime) -> None:
+    session = rt.session(
+        "s-1", agent=agent([{"tool": "delete_file", "input": {"path": "a"}}], [{"text": "done"}], tools=[delete_file])
+    )
+    turn = await session.prompt("delete a")
+    live = await session.live()
+    await live.wait_for(
+        lambda v: any(
+            isinstance(p, ToolPart) and p.state == "awaiting-confirmation" for m in v.state.messages for p in m.parts
+        ),
+        TIMEOUT,
+    )
+    interactions = (await session.state()).state.interactions
+    (pending,) = [i for i in interactions.values() if i.status == "pending"]
+    assert (await session.respond(pending.id, True)).outcome == "applied"
+    assert (await turn.finished).text == "done"
+    await live.close()
+
+
+async def test_steer_hands_off_and_retry_resumes(rt: LocalRuntime) -> None:
+    session = rt.session(
+        "s-1",
+        agent=agent([{"tool": "delete_file", "input": {"path": "a"}}], [{"text": "steered"}], tools=[delete_file]),
+    )
+    turn = await session.prompt("delete a")
+    live = await session.live()
+    await live.wait_for(lambda v: any(isinstance(p, ToolPart) for m in v.state.messages for p in m.parts), TIMEOUT)
+    receipt = await session.steer("never mind")
+    assert receipt.outcome == "applied"
+    assert (await turn.finished).outcome == "handed-off"
+    await live.close()
+
+
+async def test_pause_after_turn_and_resume(rt: LocalRuntime) -> None:
+    session = rt.session("s-1", agent=agent([{"text": "hi"}]))
+    await session.pause("after-turn")
+    turn = await session.prompt("hello")
+    info = await session.info()
+    assert info["paused"] is True and [q["text"] for q in info["queued"]] == ["hello"]
+    await session.resume()
+    assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
+
+
+async def test_push_app_events_and_read_the_merged_state(rt: LocalRuntime) -> None:
+    contract = Contract("desk", {"ticket.flagged": Flagged}, Reducer("desk.v1", {"flagged": []}, flags))
+    session = rt.session("s-1", agent=agent([{"text": "hi"}], contract=contract))
+    index = await session.push(("ticket.flagged", {"ticket": "T-1"}))
+    snapshot = await session.state()
+    assert snapshot.index == index and snapshot.state.flagged == ["T-1"]
+    with pytest.raises(UsageError, match="built-in"):
+        await session.push(("ai.turn.stop", {}))
+
+
+async def test_an_identical_resubmission_replays_its_receipt(rt: LocalRuntime) -> None:
+    session = rt.session("s-1", agent=agent([{"text": "hi"}]))
+    first = await session.send("hello", id="u-1")
+    again = await session.send("hello", id="u-1")
+    assert first == again
+    assert [m.text for m in await session.messages()].count("hello") == 1
+
+
+def test_session_ids_with_a_slash_are_refused() -> None:
+    with pytest.raises(UsageError, match="'/'"):
+        LocalRuntime().session("a/b", agent=agent([{"text": "x"}]))

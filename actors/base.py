@@ -62,7 +62,7 @@ class BaseRuntime:
     def _poller(self, host: str) -> Poller:
         poller = self._pollers.get(host)
         if poller is None:
-            poller = self._pollers[host] = Poller(self, host)  # type: ignore[arg-type]
+            poller = self._pollers[host] = Poller(self, host)
         return poller
 
     def _unsubscribe(self, subscription: Subscription) -> None:

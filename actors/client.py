@@ -177,9 +177,9 @@ class Session:
         """``send`` a user message and return its ``Turn`` (``await turn.finished``)."""
         input_id = id or new_id()
         receipt = await self._command(SendInput(input_id, text))
-        turn = Turn(self, input_id, receipt)
-        _ = turn.finished  # start waiting now, so the outcome is never missed
-        return turn
+        # Waiting starts when ``finished`` is first awaited: the host keeps every outcome (in its
+        # log), so a late waiter still learns how the turn ended.
+        return Turn(self, input_id, receipt)
 
     async def steer(self, text: str, *, id: str | None = None, turn_id: str | None = None) -> Receipt:
         """Redirect the active turn after its current response and tools (sends when none is active)."""
@@ -195,22 +195,26 @@ class Session:
         """Resume from the last finished tool call (supersedes a running turn)."""
         return await self._command(RetryTurn(id or new_id("retry")))
 
-    async def pause(self, when: Literal["after-turn", "now"] = "after-turn", *, tree: bool = True) -> Receipt:
+    async def pause(
+        self, when: Literal["after-turn", "now"] = "after-turn", *, tree: bool = True, id: str | None = None
+    ) -> Receipt:
         """Pause this session (and, with ``tree``, its running sub-agents)."""
-        receipt = await self._command(PauseSession(new_id("pause"), when))
+        receipt = await self._command(PauseSession(id or new_id("pause"), when))
         if tree:
             await self.runtime.transport.control_tree(self.id, "pause", when)
         return receipt
 
-    async def resume(self, *, tree: bool = True) -> Receipt:
+    async def resume(self, *, tree: bool = True, id: str | None = None) -> Receipt:
         """Resume this session (and its paused sub-agents)."""
         if tree:
             await self.runtime.transport.control_tree(self.id, "resume", "now")
-        return await self._command(ResumeSession(new_id("resume")))
+        return await self._command(ResumeSession(id or new_id("resume")))
 
-    async def respond(self, interaction_id: str, approved: bool, *, reason: str | None = None) -> Receipt:
+    async def respond(
+        self, interaction_id: str, approved: bool, *, reason: str | None = None, id: str | None = None
+    ) -> Receipt:
         """Answer an approval."""
-        return await self._command(Respond(new_id("respond"), interaction_id, approved, reason))
+        return await self._command(Respond(id or new_id("respond"), interaction_id, approved, reason))
 
     async def push(self, *events: Event | tuple[str, dict[str, Any]]) -> int:
         """Append app events (trusted: this is server code). Returns the log index after them."""
@@ -224,7 +228,7 @@ class Session:
         """The session's state and the log index it reflects (any reducer, at any point)."""
         if reducer is not None:
             events = await self.runtime.store.read(self.id, after=0, limit=through)
-            return Snapshot(reducer.replay(events), events[-1].index if events else 0)  # type: ignore[arg-type]
+            return Snapshot(reducer.replay(events), events[-1].index if events else 0)
         if through is not None:
             state, index = await self._call("state_at", through)
             return Snapshot(state, index)
@@ -279,6 +283,10 @@ class Subscription:
     def feed(self, mutations: list[Mutation]) -> None:
         """Called by the poller with a batch."""
         self.queue.put_nowait(mutations)
+
+    async def next_batch(self, timeout: float | None = None) -> list[Mutation] | None:
+        """The next batch, or ``None`` once closed; raises ``TimeoutError`` after ``timeout``."""
+        return await asyncio.wait_for(self.queue.get(), timeout)
 
     async def batches(self) -> AsyncIterator[list[Mutation]]:
         """The mutations in the batches the host sent (cheaper than one at a time)."""

@@ -8,6 +8,7 @@ it. A restarted host finds every agent it needs in the store, with no client aro
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 from ray import cloudpickle
 
@@ -18,12 +19,13 @@ from orchestrator.store.base import EventStore
 __all__ = ["AgentRegistry", "agent_blob"]
 
 _SESSION = "troupe:agents"
+_dumps: Any = cloudpickle.dumps  # untyped in Ray
 
 
 def agent_blob(agent: Agent) -> tuple[str, bytes]:
     """The registry key of ``agent`` and its bytes."""
     try:
-        data: bytes = cloudpickle.dumps(agent)
+        data: bytes = _dumps(agent)
     except Exception as error:
         raise UsageError(
             f"agent {agent.name!r} cannot be sent to Ray actors ({error}); define its tools, models and "

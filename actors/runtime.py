@@ -20,7 +20,7 @@ import contextlib
 import threading
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import ray
 import structlog
@@ -110,7 +110,7 @@ class Runtime(BaseRuntime):
             ray.init(address=self.address, namespace=self.namespace, **options)
             self._started_ray = True
         detached = self.address is not None
-        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        nodes = [n for n in _nodes() if n.get("Alive")]
         per_node = self.hosts_per_node or max(2, int(min(n["Resources"].get("CPU", 1) for n in nodes)))
         names: list[tuple[str, str]] = []
         if self.placement == "pooled":
@@ -186,6 +186,11 @@ class Runtime(BaseRuntime):
     def sync(cls, store: str = "sqlite:///troupe.db", **options: Any) -> SyncRuntime:
         """The same runtime for code without an event loop (scripts, notebooks)."""
         return SyncRuntime(cls(store, **options))
+
+
+def _nodes() -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = cast(Any, ray).nodes()
+    return listed
 
 
 def _exists(name: str, namespace: str) -> bool:

@@ -133,7 +133,11 @@ class LocalTransport:
     def poll(self, host: str, cursors: dict[str, int], timeout: float) -> tuple[Awaitable[Any], Callable[[], None]]:
         """See ``Transport.poll``."""
         task = asyncio.ensure_future(self.host.poll(cursors, timeout))
-        return task, task.cancel
+
+        def cancel() -> None:
+            task.cancel()
+
+        return task, cancel
 
     async def wait_ready(self, host: str) -> None:
         """See ``Transport.wait_ready``."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator._pvec import PVec
 from orchestrator.aistate import AIState
-from orchestrator.parts import AgentMessage, NestedRun, TextPart, ToolPart, revised
+from orchestrator.parts import AgentMessage, MessagePart, NestedRun, TextPart, ToolPart, revised
 from orchestrator.state import SessionError, SessionState, make_state
 from orchestrator.wire import (
     message_from_wire,
@@ -239,8 +239,8 @@ def _apply(run: SessionState | NestedRun, mutation: Mapping[str, Any], path: lis
                     nested = part.agent if part.agent is not None else NestedRun()
                     changed = _apply(nested, mutation, path[1:])
                     assert isinstance(changed, NestedRun)
-                    parts = (*message.parts[:pi], part.with_agent(changed), *message.parts[pi + 1 :])
-                    return _with(run, messages.set(mi, revised(message, parts)))
+                    rebuilt = (*message.parts[:pi], part.with_agent(changed), *message.parts[pi + 1 :])
+                    return _with(run, messages.set(mi, revised(message, rebuilt)))
         return run
     kind = mutation.get("type")
     if kind == "status":
@@ -262,7 +262,7 @@ def _apply(run: SessionState | NestedRun, mutation: Mapping[str, Any], path: lis
             message = messages.at(mi)
             if message.id != mutation["messageId"]:
                 continue
-            parts = list(message.parts)
+            parts: list[MessagePart] = list(message.parts)
             if kind == "part":
                 part = message_part_from_wire(mutation["part"])
                 for j, existing in enumerate(parts):

@@ -23,13 +23,14 @@ from typing import Any
 from orchestrator import builtin as ai
 from orchestrator._json import JsonObject, JsonValue
 from orchestrator.agent import Agent, MetadataContext, ResolverContext
-from orchestrator.aistate import AIState, ToolRecord
+from orchestrator.aistate import AIState, Receipt, ToolRecord
 from orchestrator.buffer import coalesce
 from orchestrator.children import ChildBatch, Children, ChildRequest
 from orchestrator.commands import Command, Decision, decide
 from orchestrator.compaction import SUMMARY_INSTRUCTIONS, calibrate, compaction_cut, estimate_tokens, prompt_messages
 from orchestrator.errors import ConcurrencyConflict, ModelError, PartialDuplicateBatch, ToolError, UsageError
 from orchestrator.events import Event, check_caller_event
+from orchestrator.fold import initial_state
 from orchestrator.log import Applied, SessionLog
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
 from orchestrator.parts import ToolPart
@@ -401,8 +402,13 @@ class SessionRunner:
                     continue
                 except PartialDuplicateBatch:
                     # The command may be a resubmission (its events are stored, the planned ones
-                    # are not): append it alone to find out. A true id reuse raises again.
-                    result, _ = await self.log.append(decision.events, now=self.clock())
+                    # are not): append it alone to find out.
+                    try:
+                        result, _ = await self.log.append(decision.events, now=self.clock())
+                    except PartialDuplicateBatch:
+                        # The id was used with other content, another command or in another
+                        # session: a normal rejection (nothing was written), not an error.
+                        return Decision((), Receipt(command.id, "rejected", PartialDuplicateBatch.code))
                     if result.duplicate:  # a replay: answer with what was decided the first time
                         return await self._replayed(command.id, decision)
                     raise
@@ -413,8 +419,6 @@ class SessionRunner:
         events = await self.log.store.read(self.session_id)
         for event in events:
             if event.type == ai.DECIDED and event.payload.get("commandId") == command_id:
-                from orchestrator.aistate import Receipt
-
                 reason = event.payload.get("reason")
                 receipt = Receipt(
                     command_id,
@@ -466,8 +470,20 @@ class SessionRunner:
         return self._ledger.outcomes[turn_id]
 
     async def wait_input(self, input_id: str, timeout: float | None = None) -> TurnOutcome:
-        """Wait until the turn that admits input ``input_id`` has ended (``removed`` if never admitted)."""
+        """Wait until the turn that admits input ``input_id`` has ended (``removed`` if never admitted).
+
+        An input this process has not seen (it was handled before the session was activated
+        here) is looked up in the log.
+        """
         ledger = self._ledger
+        state = self.log.state
+        if (
+            input_id not in ledger.turn_of
+            and input_id not in ledger.submitted
+            and state.inbox.get(input_id) is None
+            and input_id not in state.pending
+        ):
+            await self._ledger_from_log()
 
         def done(state: AIState) -> bool:
             turn = ledger.turn_of.get(input_id)
@@ -480,6 +496,17 @@ class SessionRunner:
         if turn is None:
             return TurnOutcome("", "removed", "", "The input was removed before it was admitted.")
         return ledger.outcomes[turn]
+
+    async def _ledger_from_log(self) -> None:
+        """Rebuild the turn ledger from the whole log (a rare, slow path)."""
+        events = await self.log.store.read(self.session_id, limit=self.log.index)
+        rebuilt = _TurnLedger(initial_state(self.agent.contract))
+        state = rebuilt.start
+        for event in events:
+            applied = self.log.fold([event], state)
+            state = applied[-1].state
+            await rebuilt.listen(applied, state, event.index)
+        self._ledger.merge(rebuilt)
 
     def idle_now(self) -> bool:
         """Whether nothing runs and the planner has nothing to start."""
@@ -680,8 +707,8 @@ class SessionRunner:
             child_id = f"{self.session_id}/{record.id}"
             events = [started]
             if record.child is None:
-                payload = {"callId": record.id, "sessionId": child_id, "agent": sub.name}
-                events.append(Event("", ai.CHILD_STARTED, payload))
+                child: JsonObject = {"callId": record.id, "sessionId": child_id, "agent": sub.name}
+                events.append(Event("", ai.CHILD_STARTED, child))
             return events, lambda: self._launch(record, lambda _: self._run_delegate(record, sub, task), child_id)
         tools = self.agent.static_tools()
         if tools is None:  # a dynamic source: list it in the task
@@ -696,8 +723,8 @@ class SessionRunner:
         if record.status == "pending":
             prompt = tool.approval_prompt(arguments)
             if prompt is not None:
-                payload: JsonObject = {"interactionId": f"{record.id}:approval", "callId": record.id, "prompt": prompt}
-                return [Event("", ai.INTERACTION_REQUESTED, payload)], None
+                ask: JsonObject = {"interactionId": f"{record.id}:approval", "callId": record.id, "prompt": prompt}
+                return [Event("", ai.INTERACTION_REQUESTED, ask)], None
         attempt = record.attempts + 1
         run = lambda signal: self._invoke(record, tool, arguments, attempt, signal)  # noqa: E731
         return [started], lambda: self._launch(record, run)
@@ -877,6 +904,7 @@ class _TurnLedger:
     """Which turn admitted each input, and how each turn ended (what ``Turn.finished`` reads)."""
 
     def __init__(self, state: AIState) -> None:
+        self.start = state
         self.turn_of: dict[str, str] = {}
         self.outcomes: dict[str, TurnOutcome] = {}
         self.submitted: set[str] = set()
@@ -886,6 +914,13 @@ class _TurnLedger:
             self.reply_of[state.active.id] = state.active.message_id
             for input_id in state.active.input:
                 self.turn_of[input_id] = state.active.id
+
+    def merge(self, older: _TurnLedger) -> None:
+        """Take what ``older`` (rebuilt from the log) knows and this ledger does not."""
+        self.turn_of = {**older.turn_of, **self.turn_of}
+        self.outcomes = {**older.outcomes, **self.outcomes}
+        self.reply_of = {**older.reply_of, **self.reply_of}
+        self.submitted |= older.submitted
 
     async def listen(self, applied: Sequence[Applied], state: AIState, index: int) -> None:
         for item in applied:

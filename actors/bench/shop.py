@@ -116,9 +116,7 @@ def verify_turn(reply: AgentMessage) -> int:
     kinds = [p.type for p in child.parts]
     assert kinds == ["text", "tool", "text"], f"{reply.id}: nested parts {kinds}"
     r_text, price, s_text = child.parts
-    assert isinstance(r_text, TextPart) and r_text.text == chunks("R", 50), (
-        f"{reply.id}: nested first text {r_text.text[:40]!r}...{r_text.text[-40:]!r} ({len(r_text.text)} chars)"
-    )
+    assert isinstance(r_text, TextPart) and r_text.text == chunks("R", 50), f"{reply.id}: nested text {_show(r_text)}"
     assert isinstance(price, ToolPart) and (price.name, price.state, price.output) == ("lookup_price", "done", "4.99")
     assert isinstance(s_text, TextPart) and s_text.text == chunks("S", 50), f"{reply.id}: nested final text"
     return (first.length + last.length + r_text.length + s_text.length) // 4
@@ -239,7 +237,7 @@ async def _one_session(session: Session, ttfts: list[float]) -> int:
             result = await turn.finished
             if not result.success:
                 raise AssertionError(f"{session.id} turn {number}: {result.outcome} {result.error}")
-            await view.wait_for(lambda v, i=result.index: v.index >= i, timeout=60)
+            await view.wait_for(_reached(result.index), timeout=60)
             reply = view.view.state.messages[-1]
             assert view.view.state.messages[-2].text == prompt, f"{session.id} turn {number}: the prompt is missing"
             delivered += verify_turn(reply)
@@ -248,6 +246,11 @@ async def _one_session(session: Session, ttfts: list[float]) -> int:
     if delivered != CHUNKS_PER_TURN * len(PROMPTS):
         raise AssertionError(f"{session.id}: {delivered} chunks delivered, expected {CHUNKS_PER_TURN * len(PROMPTS)}")
     return delivered
+
+
+def _reached(index: int) -> Any:
+    """A predicate: the view has merged everything through ``index``."""
+    return lambda view: view.index >= index
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

@@ -18,7 +18,7 @@ from orchestrator.aistate import Receipt
 from orchestrator.errors import ParseError
 from orchestrator.events import Event
 from orchestrator.http.deps import Context, check_session_id
-from orchestrator.http.errors import ApiError, ErrorBody
+from orchestrator.http.errors import ApiError, ErrorBody, duplicate_message
 from orchestrator.http.models import (
     CreateSession,
     EditRequest,
@@ -79,6 +79,8 @@ def receipt_body(receipt: Receipt | None) -> ReceiptBody | None:
 
 
 def _receipt(receipt: Receipt | None) -> ReceiptBody:
+    if receipt is not None and receipt.reason == "PARTIAL_DUPLICATE_BATCH":
+        raise ApiError(409, duplicate_message(receipt.command_id), "id")
     body = receipt_body(receipt)
     if body is None:  # every command but stop writes one
         raise ApiError(500, "the command produced no receipt")

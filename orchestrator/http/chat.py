@@ -24,7 +24,6 @@ heartbeat comments while nothing happens.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
@@ -307,7 +306,7 @@ async def stream_turn(
         due = follower.next_due()
         timeout = heartbeat if due is None else max(0.0, min(heartbeat, due - now))
         try:
-            batch = await asyncio.wait_for(subscription.queue.get(), timeout)
+            batch = await subscription.next_batch(timeout)
         except TimeoutError:
             if due is not None and clock() >= due:
                 for chunk in follower.tick(clock()):

@@ -17,7 +17,6 @@ so the two states share structure and the diff is as small as the change.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -117,7 +116,7 @@ async def session_events(
             yield sse_event({"index": cursor, "mutations": mutations}, event="mutations", id=cursor)
         while True:
             try:
-                batch = await asyncio.wait_for(subscription.queue.get(), heartbeat)
+                batch = await subscription.next_batch(heartbeat)
             except TimeoutError:
                 yield PING
                 continue

@@ -7,6 +7,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import ray
@@ -20,7 +21,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 # Test-defined models and tools travel to the hosts by value (the workers need not import tests/).
-cloudpickle.register_pickle_by_value(helpers)
+cast(Any, cloudpickle).register_pickle_by_value(helpers)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,11 +14,10 @@ from orchestrator.agent import Agent
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta, ToolCall
 from orchestrator.testing import ScriptedModel
-from tools import Tool, ToolContext, tool
+from tools import Recovery, Tool, ToolContext, tool
 
 
-@ray.remote(num_cpus=0)
-class Gate:
+class _Gate:
     """A barrier across processes: code arrives and waits; the test sees it arrive, then opens it."""
 
     def __init__(self) -> None:
@@ -41,6 +40,9 @@ class Gate:
 
     async def count(self) -> int:
         return self.arrivals
+
+
+Gate: Any = ray.remote(num_cpus=0)(_Gate)
 
 
 def count_lines(path: Path) -> int:
@@ -89,7 +91,8 @@ def crashing_tool(name: str, marker: str, *, recovery: str, mode: str, gate: Any
 
     run.__name__ = name
     run.__doc__ = f"The {name} tool."
-    return tool(name=name, recovery=recovery)(run)  # type: ignore[arg-type]
+    policy: Recovery = "report" if recovery == "report" else "rerun"
+    return tool(name=name, recovery=policy)(run)
 
 
 def delegating(pricer_model: Any = None) -> Agent:

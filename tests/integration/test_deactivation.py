@@ -48,8 +48,10 @@ async def test_two_thousand_idle_sessions_use_bounded_memory_and_reactivate(runt
     assert await runtime.deactivate_idle() >= SESSIONS
     after_first = await host_rss(runtime)
     per_active = (active - base) / SESSIONS
-    print(f"\nhost memory: {per_active / 1024:.1f} KB per idle session while active, "
-          f"{(after_first - base) / SESSIONS / 1024:.1f} KB after deactivation")
+    print(
+        f"\nhost memory: {per_active / 1024:.1f} KB per idle session while active, "
+        f"{(after_first - base) / SESSIONS / 1024:.1f} KB after deactivation"
+    )
 
     # Every one comes back with its whole state on its next command...
     texts = await run_all(runtime, agent, "idle", "again")

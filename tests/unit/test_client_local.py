@@ -161,3 +161,14 @@ async def test_an_identical_resubmission_replays_its_receipt(rt: LocalRuntime) -
 def test_session_ids_with_a_slash_are_refused() -> None:
     with pytest.raises(UsageError, match="'/'"):
         LocalRuntime().session("a/b", agent=agent([{"text": "x"}]))
+
+
+async def test_a_turn_awaited_after_the_session_was_deactivated_still_resolves(rt: LocalRuntime) -> None:
+    session = rt.session("s-1", agent=agent([{"text": "hi"}]))
+    turn = await session.prompt("hello")
+    other = await session.prompt("again")
+    assert (await other.finished).success
+    assert rt.host is not None
+    await rt.host.deactivate_idle()
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)  # looked up in the log
+    assert (result.success, result.text, result.turn_id) == (True, "hi", "t1")

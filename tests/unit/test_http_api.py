@@ -673,6 +673,9 @@ class _FakeSubscription:
     async def ready(self) -> int:
         return 0
 
+    async def next_batch(self, timeout: float | None = None) -> list[Any] | None:
+        return await asyncio.wait_for(self.queue.get(), timeout)
+
     def close(self) -> None:
         self.closed = True
 

@@ -13,8 +13,8 @@ import asyncio
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import ray
-
+from actors.host import SessionMoved
+from actors.options import ACTOR_ERRORS
 from orchestrator.children import ChildRequest, ChildResult, Deliver
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RayChildren"]
 
-_ACTOR_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+_ACTOR_ERRORS = ACTOR_ERRORS
 
 
 class RayChildren:
@@ -44,6 +44,8 @@ class RayChildren:
             try:
                 result: ChildResult = await router.host(target).child_run.remote(light, self.root_key, self.host.name)
                 return result
+            except SessionMoved:
+                router.forget(request.child_id)
             except _ACTOR_ERRORS:
                 # The child's host died: wait for it to restart, then re-attach.
                 router.forget(request.child_id)

@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import ray
-
+from actors.options import ACTOR_ERRORS
 from orchestrator.aistate import AIState, Receipt
 from orchestrator.commands import (
     EditInput,
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 __all__ = ["LiveView", "Mutation", "Queue", "Session", "StopResult", "Subscription", "Turn", "TurnResult"]
 
 T = TypeVar("T")
-_ACTOR_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+_ACTOR_ERRORS = ACTOR_ERRORS
 
 
 def new_id(prefix: str = "msg") -> str:

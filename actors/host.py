@@ -32,7 +32,7 @@ from orchestrator.agent import Agent
 from orchestrator.aistate import AIState
 from orchestrator.children import ChildBatch, ChildRequest, ChildResult, NestedForwarder, child_result
 from orchestrator.commands import Command, PauseSession, ResumeSession, SendInput, StopTurn
-from orchestrator.errors import UsageError
+from orchestrator.errors import TroupeError, UsageError
 from orchestrator.events import Event
 from orchestrator.local import task_input_id
 from orchestrator.log import Applied
@@ -41,9 +41,13 @@ from orchestrator.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.wire import pack, unpack
 
-__all__ = ["HostOptions", "SessionHost"]
+__all__ = ["HostOptions", "SessionHost", "SessionMoved"]
 
 log = structlog.get_logger()
+
+
+class SessionMoved(TroupeError):
+    """A dedicated host was asked about a session it does not own (any more): ask where it is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,8 @@ class SessionHost:
             children=options.extra.get("children", "spread"),
         )
         self._forwarders: dict[tuple[str, str], Any] = {}
+        self.adopted: set[str] = set()
+        """Dedicated placement: the session(s) the supervisor gave this host."""
         self._tasks: set[asyncio.Future[Any]] = set()
         self._directory_dirty = False
         self._directory_task: asyncio.Task[None] | None = None
@@ -134,10 +140,16 @@ class SessionHost:
 
     # -- activation ---------------------------------------------------------------------------------
 
+    async def adopt(self, session_id: str) -> None:
+        """Dedicated placement: the supervisor hands this host ``session_id``."""
+        self.adopted.add(session_id)
+
     async def _hosted(self, session_id: str, agent_key: str) -> _Hosted:
         hosted = self.hosted.get(session_id)
         if hosted is not None:
             return hosted
+        if self.options.placement == "dedicated" and session_id not in self.adopted:
+            raise SessionMoved(f"session {session_id!r} is not hosted by {self.name}; ask the supervisor where it is")
         opening = self._opening.get(session_id)
         if opening is not None:
             return await opening
@@ -187,14 +199,15 @@ class SessionHost:
 
         return listen
 
-    def _touch(self, session_id: str) -> None:
+    def _touch(self, session_id: str, delay: float | None = None) -> None:
         hosted = self.hosted.get(session_id)
         if hosted is None:
             return
         if hosted.idle is not None:
             hosted.idle.cancel()
         loop = asyncio.get_running_loop()
-        hosted.idle = loop.call_later(self.options.idle_timeout, self._maybe_deactivate, session_id)
+        wait = self.options.idle_timeout if delay is None else delay
+        hosted.idle = loop.call_later(wait, self._maybe_deactivate, session_id)
 
     def _maybe_deactivate(self, session_id: str) -> None:
         hosted = self.hosted.get(session_id)
@@ -226,6 +239,11 @@ class SessionHost:
         await hosted.runner.close()
         self.hub.forget(session_id)
         self._mark_directory()
+        if self.options.placement == "dedicated":
+            # The process goes back to the warm pool for the next session.
+            self.adopted.discard(session_id)
+            with contextlib.suppress(Exception):
+                self.router.supervisor.release.remote(self.name, session_id)
         return True
 
     async def deactivate_idle(self) -> int:
@@ -388,7 +406,8 @@ class SessionHost:
                 runner.listeners.remove(listen)
             if self._forwarders.get((request.child_id, request.call_id)) is listen:
                 del self._forwarders[(request.child_id, request.call_id)]
-            self._touch(request.child_id)
+            # A finished sub-agent is rarely asked again; a dedicated one frees its process soon.
+            self._touch(request.child_id, 1.0 if self.options.placement == "dedicated" else None)
 
     async def _child_hosted(self, request: ChildRequest, root_key: str, child_key: str) -> _Hosted:
         hosted = self.hosted.get(request.child_id)

@@ -12,6 +12,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 __all__ = [
+    "ACTOR_ERRORS",
     "DEFAULT_NAMESPACE",
     "HOST_CONCURRENCY",
     "SUPERVISOR_NAME",
@@ -19,6 +20,13 @@ __all__ = [
     "host_name",
     "supervisor_actor",
 ]
+
+ACTOR_ERRORS: tuple[type[Exception], ...] = (
+    ray.exceptions.RayActorError,
+    ray.exceptions.ActorUnavailableError,
+    ray.exceptions.ActorUnschedulableError,
+)
+"""What a call to an actor that died, is restarting or is being moved raises: retry after a wait."""
 
 DEFAULT_NAMESPACE = "troupe"
 """The Ray namespace of a runtime's named actors (``Runtime(namespace=...)`` changes it)."""
@@ -33,12 +41,14 @@ def host_name(node: str, index: int) -> str:
     return f"troupe-host-{node[:12]}-{index}"
 
 
-def host_actor(cls: type, *, name: str, namespace: str, node_id: str | None, detached: bool) -> Any:
+def host_actor(
+    cls: type, *, name: str, namespace: str, node_id: str | None, detached: bool, get_if_exists: bool = True
+) -> Any:
     """The Ray actor class for a session host.
 
     Restartable without limit (a crash re-runs ``__init__``, and the host re-activates its
-    sessions from the store), one CPU-less process pinned softly to its node (on node loss it
-    restarts elsewhere), with a high async concurrency for long polls.
+    sessions from the store), one CPU-less process pinned to a node (the supervisor moves it
+    when the node is lost), with a high async concurrency for long polls.
     """
     options: dict[str, Any] = {
         "name": name,
@@ -47,12 +57,15 @@ def host_actor(cls: type, *, name: str, namespace: str, node_id: str | None, det
         "max_task_retries": 0,
         "max_concurrency": HOST_CONCURRENCY,
         "num_cpus": 0,
-        "get_if_exists": True,
+        "get_if_exists": get_if_exists,
     }
     if detached:
         options["lifetime"] = "detached"
     if node_id is not None:
-        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=True)
+        # Pinned to its node (a soft affinity was not reliably honoured at creation). A crash
+        # restarts it there; if the node itself is lost, the supervisor re-creates the host,
+        # under the same name, on a live node.
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return ray.remote(cls).options(**options)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import ray
 
-from actors.options import SUPERVISOR_NAME
+from actors.options import ACTOR_ERRORS, SUPERVISOR_NAME
 
 __all__ = ["Router", "rendezvous"]
 
@@ -88,13 +88,14 @@ class Router:
         """Tell the supervisor which sessions a host has active (fire and forget)."""
         self.supervisor.report.remote(host, entries)
 
-    async def wait_ready(self, name: str, *, attempts: int = 200, delay: float = 0.05) -> None:
-        """Wait until host ``name`` answers (it may be restarting)."""
-        for _ in range(attempts):
+    async def wait_ready(self, name: str, *, attempts: int = 400, delay: float = 0.05) -> None:
+        """Wait until host ``name`` answers (it may be restarting, or being moved to a live node)."""
+        for attempt in range(attempts):
+            delay = min(0.05 * (1 + attempt // 20), 0.5)
             try:
                 await self.host(name).ready.remote()
                 return
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            except ACTOR_ERRORS:
                 self._handles.pop(name, None)
                 await asyncio.sleep(delay)
             except ValueError:  # not registered (yet)

@@ -19,18 +19,27 @@ import contextlib
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import ray
 import structlog
 
-from actors.options import host_actor
+from actors.options import ACTOR_ERRORS, host_actor
 from actors.router import Router
 
 __all__ = ["Supervisor"]
 
 log = structlog.get_logger()
-_ACTOR_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+_ACTOR_ERRORS = ACTOR_ERRORS
+
+
+def _live_nodes() -> list[str]:
+    nodes: list[dict[str, Any]] = cast(Any, ray).nodes()
+    return [n["NodeID"] for n in nodes if n.get("Alive")]
+
+
+def _node_alive(node: str | None) -> bool:
+    return node is None or node in _live_nodes()
 
 
 class Supervisor:
@@ -52,6 +61,7 @@ class Supervisor:
         self._filling: asyncio.Task[None] | None = None
         self.started = time.time()
         self._starting: asyncio.Task[dict[str, Any]] | None = None
+        self._nodes: dict[str, str | None] = {}
         with contextlib.suppress(RuntimeError):  # no running loop: a plain (test) instance
             # A restarted supervisor rebuilds its directory and watches the hosts again by itself.
             self._starting = asyncio.get_running_loop().create_task(self.start())
@@ -60,6 +70,7 @@ class Supervisor:
 
     async def start(self) -> dict[str, Any]:
         """Start watching every host and rebuild the directory (idempotent)."""
+        await asyncio.gather(*(self._located(name) for name in self.hosts))
         for name in self.hosts:
             self._watch(name)
         await self.rebuild()
@@ -72,6 +83,12 @@ class Supervisor:
         if task is None or task.done():
             self._watching[name] = asyncio.ensure_future(self._watch_host(name))
 
+    async def _located(self, name: str) -> None:
+        # Bounded: a host whose node is gone may not answer at all (its watch then moves it).
+        with contextlib.suppress(*_ACTOR_ERRORS, ValueError, TimeoutError):
+            info = await asyncio.wait_for(self.router.host(name).ready.remote(), 5.0)
+            self._nodes[name] = info.get("node")
+
     async def _watch_host(self, name: str) -> None:
         while True:
             try:
@@ -81,7 +98,7 @@ class Supervisor:
                 log.warning("host_died", host=name, error=type(error).__name__)
                 self.router._handles.pop(name, None)
                 try:
-                    await self.router.wait_ready(name)
+                    await self._revive(name)
                     recovered = await self.router.host(name).recover.remote()
                 except Exception as failure:  # keep watching: the next restart gets another try
                     log.error("host_recovery_failed", host=name, error=str(failure))
@@ -94,11 +111,70 @@ class Supervisor:
             except ValueError:  # the host does not exist (yet)
                 await asyncio.sleep(0.2)
 
+    async def _revive(self, name: str) -> None:
+        """Wait for Ray to restart host ``name``, or move it if its node is gone."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if not _node_alive(self._nodes.get(name)):
+                await self._move(name)  # its node is gone: re-create it on a live one
+            try:
+                await asyncio.wait_for(self.router.host(name).ready.remote(), 5.0)
+                return
+            except ray.exceptions.ActorUnschedulableError:
+                await self._move(name)  # pinned to a node that is gone (Ray may not say so yet)
+            except (*_ACTOR_ERRORS, ValueError, TimeoutError):  # type: ignore[misc]
+                self.router._handles.pop(name, None)
+                await asyncio.sleep(0.1)
+        raise TimeoutError(f"host {name!r} did not come back")
+
+    async def _move(self, name: str) -> None:
+        """Re-create host ``name`` on a live node (same name and options), the least loaded first."""
+        from actors.host import SessionHost
+
+        with contextlib.suppress(Exception):
+            ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+        lost = self._nodes.get(name)
+        counts: dict[str, int] = {}
+        for node in _live_nodes():
+            # A pooled host's name carries its first node's id: never move it back there.
+            if node != lost and not name.startswith(f"troupe-host-{node[:12]}-"):
+                counts[node] = sum(1 for h, n in self._nodes.items() if n == node and h != name)
+        for target in sorted(counts, key=lambda n: counts[n]):
+            for _ in range(100):  # the old name is free once Ray has cleaned up the dead actor
+                try:
+                    actor = host_actor(
+                        SessionHost,
+                        name=name,
+                        namespace=self.namespace,
+                        node_id=target,
+                        detached=False,
+                        get_if_exists=False,
+                    )
+                    handle = actor.remote(name, self.host_options)
+                    break
+                except ValueError:  # the dead one still holds the name
+                    with contextlib.suppress(Exception):
+                        ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
+                    await asyncio.sleep(0.1)
+            else:
+                continue
+            try:
+                await asyncio.wait_for(handle.ready.remote(), 30.0)
+            except (*_ACTOR_ERRORS, TimeoutError):  # type: ignore[misc]
+                with contextlib.suppress(Exception):
+                    ray.kill(handle, no_restart=True)
+                continue
+            self._nodes[name] = target
+            self.router._handles[name] = handle
+            log.info("host_moved", host=name, node=target)
+            return
+        raise TimeoutError(f"no live node could take host {name!r}")
+
     async def rebuild(self) -> int:
         """Rebuild the directory from what every host says it has active."""
         for name in self.hosts + list(self._assigned.values()):
-            with contextlib.suppress(*_ACTOR_ERRORS, ValueError):
-                entries = await self.router.host(name).sessions.remote()
+            with contextlib.suppress(*_ACTOR_ERRORS, ValueError, TimeoutError):
+                entries = await asyncio.wait_for(self.router.host(name).sessions.remote(), 5.0)
                 await self.report(name, entries)
         return len(self.directory)
 
@@ -150,8 +226,27 @@ class Supervisor:
             await self._start_host()
         name = self._pool.pop(0)
         self._assigned[session_id] = name
+        await self.router.host(name).adopt.remote(session_id)
         self._schedule_fill()
         return name
+
+    async def release(self, host: str, session_id: str) -> None:
+        """A dedicated host's session deactivated: the host goes back to the pool (or away)."""
+        if self._assigned.get(session_id) == host:
+            del self._assigned[session_id]
+        if host in self._assigned.values() or host in self._pool:
+            return
+        if len(self._pool) < 2 * self.warm:
+            self._pool.append(host)
+            return
+        with contextlib.suppress(Exception):
+            handle = self.router.host(host)
+            await handle.shutdown.remote()
+            ray.kill(handle, no_restart=True)
+        self.hosts.remove(host)
+        task = self._watching.pop(host, None)
+        if task is not None:
+            task.cancel()
 
     def _schedule_fill(self) -> None:
         if self._filling is None or self._filling.done():

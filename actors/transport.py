@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import ray
 
+from actors.host import SessionMoved
 from actors.router import Router
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ACTOR_ERRORS", "LocalTransport", "RayTransport", "Transport"]
 
-ACTOR_ERRORS = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+from actors.options import ACTOR_ERRORS
 
 
 class Transport(Protocol):
@@ -69,6 +70,8 @@ class RayTransport:
             name = await router.place(session_id)
             try:
                 return await getattr(router.host(name), method).remote(session_id, *args)
+            except SessionMoved:
+                router.forget(session_id)  # dedicated placement: the session has another host now
             except ACTOR_ERRORS:
                 # The host died mid-call: wait for its restart and call again (calls are idempotent).
                 router.forget(session_id)

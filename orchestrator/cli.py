@@ -1,71 +1,89 @@
-"""The ``troupe`` command line.
+"""The ``troupe`` command line (``troupe = orchestrator.cli:main``).
 
-Errors are one line (what went wrong and how to fix it) and a non-zero exit code. Heavy imports
-(Ray, the HTTP server) happen inside the commands that need them, so ``troupe --help`` is fast.
+::
+
+    troupe run CONFIG [--prompt TEXT]... [--sessions N] [--local]    run an agent, drawn live
+    troupe chat CONFIG [--session-id ID] [--local]                   chat in the terminal
+    troupe serve CONFIG [--host H] [--port P] [--api-key KEY]...     the HTTP API (uvicorn)
+    troupe sessions list|show|tail|replay                            read logs from the store (no Ray)
+    troupe bench reducer|store|shop|actors                           measure this machine
+
+The commands live in small modules (``cli_run``, ``cli_chat``, ``cli_serve``, ``cli_sessions``,
+``cli_bench``; drawing in ``cli_render`` and ``cli_live``). Errors are one line on stderr (what
+went wrong and how to fix it) and a non-zero exit code (see ``cli_common.TroupeGroup``). Heavy
+imports (Ray, the actors, FastAPI) happen inside the commands that need them, so
+``troupe --help`` is fast.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from orchestrator.errors import TroupeError
+from orchestrator import cli_bench, cli_chat, cli_run, cli_serve, cli_sessions
+from orchestrator.cli_common import CommandFailed, LogFormat, LogLevel, TroupeGroup, configure_logging, report
+from orchestrator.errors import TroupeError, UsageError
+
+__all__ = ["app", "main"]
 
 app = typer.Typer(
     name="troupe",
+    cls=TroupeGroup,
     help="Troupe: durable, actor-model LLM agent sessions on Ray.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-bench_app = typer.Typer(
-    help="Benchmarks that measure this machine (see the README for the figures).", no_args_is_help=True
-)
-app.add_typer(bench_app, name="bench")
-
-console = Console()
-err_console = Console(stderr=True)
 
 
-def _write_json(path: Path | None, data: object) -> None:
-    if path is not None:
-        path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-        console.print(f"figures written to {path}")
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("raytroupe")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            number = "unknown"
+        typer.echo(f"troupe {number}")
+        raise typer.Exit()
 
 
-@bench_app.command("reducer")
-def bench_reducer_command(
-    deltas: Annotated[int, typer.Option(help="Text-deltas applied per measurement.")] = 200_000,
-    repeats: Annotated[int, typer.Option(help="Measurements per case (the median is reported).")] = 5,
-    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+@app.callback()
+def options(
+    log_format: Annotated[
+        LogFormat, typer.Option("--log-format", help="How logs look on stderr: console (key=value) or json.")
+    ] = "console",
+    log_level: Annotated[LogLevel, typer.Option("--log-level", help="The least severe log level shown.")] = "warning",
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
-    """Text-deltas/s through the session reducer: 10 vs 10,000 messages, and nested two deep."""
-    from orchestrator.bench.reducer import bench_reducer, format_reducer_bench
-
-    results = bench_reducer(deltas=deltas, repeats=repeats)
-    console.print(format_reducer_bench(results))
-    _write_json(json_file, [r.__dict__ if hasattr(r, "__dict__") else _case(r) for r in results])
+    """Troupe: durable, actor-model LLM agent sessions on Ray."""
+    configure_logging(log_format, log_level)
 
 
-def _case(case: object) -> dict[str, object]:
-    return {name: getattr(case, name) for name in getattr(case, "__slots__", ())}
+app.command("run")(cli_run.run_command)
+app.command("chat")(cli_chat.chat_command)
+app.command("serve")(cli_serve.serve_command)
+app.add_typer(cli_sessions.sessions_app, name="sessions")
+app.add_typer(cli_bench.bench_app, name="bench")
 
 
 def main() -> None:
     """Entry point of the ``troupe`` console script."""
     try:
         app()
+    except CommandFailed as error:  # raised outside a command (the root group reports the rest)
+        report(error.message)
+        sys.exit(error.code)
     except TroupeError as error:
-        err_console.print(f"[bold red]error:[/] {error.message}", highlight=False)
-        sys.exit(2)
+        report(error.message)
+        sys.exit(2 if isinstance(error, UsageError) else 1)
     except KeyboardInterrupt:
         sys.exit(130)
 
 
-__all__ = ["app", "asyncio", "main"]
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The supervisor: rebuilding its directory after it dies, and dedicated placement's warm pool."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import ray
+
+from actors.runtime import Runtime
+from orchestrator.agent import Agent
+from orchestrator.testing import ScriptedModel
+
+from .helpers import Gate, delegating, gated_model
+from .test_runtime import assert_nested_two_levels
+
+TIMEOUT = 60
+
+
+@pytest.mark.slow
+async def test_a_restarted_supervisor_rebuilds_its_directory_from_the_hosts(runtime: Runtime) -> None:
+    gate = Gate.remote()
+    agent = delegating(pricer_model=gated_model(gate, "Mugs cost 4.99."))
+    session = runtime.session("tree", agent=agent)
+    turn = await session.prompt("compare")
+    await asyncio.wait_for(gate.wait_reached.remote(), TIMEOUT)
+    await asyncio.sleep(0.2)  # let the hosts report their activations (debounced writes)
+    before = await runtime.supervisor.tree.remote(session.id)
+    assert len(before) == 3
+    ray.kill(runtime.supervisor, no_restart=False)
+    deadline = time.monotonic() + TIMEOUT
+    while True:  # calls made while it restarts wait for it; then it rebuilds by itself
+        try:
+            after = await runtime.supervisor.tree.remote(session.id)
+            if after == before:
+                break
+        except ray.exceptions.RayActorError:
+            pass
+        assert time.monotonic() < deadline, "the supervisor did not rebuild its directory"
+        await asyncio.sleep(0.05)
+    # It still works the tree: pause now reaches the sub-agents it rediscovered.
+    await session.pause("now")
+    await gate.open.remote()
+    await session.resume()
+    assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
+
+
+@pytest.mark.slow
+async def test_a_killed_host_is_recovered_and_its_session_streams_again(runtime: Runtime) -> None:
+    gate = Gate.remote()
+    agent = Agent("a", "x", gated_model(gate, "after the crash"))
+    session = runtime.session("recovered", agent=agent)
+    turn = await session.prompt("go")
+    await asyncio.wait_for(gate.wait_reached.remote(), TIMEOUT)
+    host = runtime.router.host(await runtime.router.place(session.id))
+    await gate.open.remote()
+    ray.kill(host, no_restart=False)
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert result.success and result.text.endswith("after the crash")
+    deadline = time.monotonic() + TIMEOUT
+    while not (info := await runtime.supervisor.info.remote())["recoveries"]:  # the supervisor saw it too
+        assert time.monotonic() < deadline, "the supervisor never noticed the host's death"
+        await asyncio.sleep(0.05)
+    assert info["recoveries"][-1]["seconds"] < 10
+
+
+@pytest.mark.slow
+async def test_dedicated_placement_gives_every_session_its_own_actor(tmp_path: Path) -> None:
+    rt = Runtime(store=f"sqlite:///{tmp_path / 'd.db'}", namespace=f"d-{uuid.uuid4().hex[:8]}", placement="dedicated")
+    await rt.start()
+    try:
+        agent = delegating()
+        sessions = [rt.session(f"ded-{i}", agent=agent) for i in range(3)]
+        results = await asyncio.gather(*[(await s.prompt("compare")).finished for s in sessions])
+        assert all(r.success for r in results)
+        for s in sessions:
+            assert_nested_two_levels((await s.state()).state.messages)
+        owners = {s.id: await rt.router.place(s.id) for s in sessions}
+        assert len(set(owners.values())) == 3  # one actor each
+        info = await rt.supervisor.info.remote()
+        assert info["placement"] == "dedicated" and info["pool"] >= 1  # the warm pool refills
+        # A second turn on the same session goes to the same actor.
+        again = await (await sessions[0].prompt("and again")).finished
+        assert again.success and await rt.router.place(sessions[0].id) == owners[sessions[0].id]
+    finally:
+        await rt.close()
+
+
+_ = ScriptedModel

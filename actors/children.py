@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING
 
 from actors.host import SessionMoved
 from actors.options import ACTOR_ERRORS
+from orchestrator.agent import Agent
+from orchestrator.aistate import Receipt
 from orchestrator.children import ChildRequest, ChildResult, Deliver
+from orchestrator.commands import Respond
 
 if TYPE_CHECKING:
     from actors.host import SessionHost
@@ -52,6 +55,28 @@ class RayChildren:
                 await router.wait_ready(target)
                 await asyncio.sleep(min(0.05 * attempt, 0.5))
         return ChildResult(None, f"sub-agent session {request.child_id} could not be reached")
+
+    async def respond(self, child_id: str, agent: Agent, command: Respond) -> Receipt | None:
+        """Answer the child's approval on the child's host."""
+        router = self.host.router
+        name = _AgentName(agent.name)
+        for attempt in range(100):
+            target = await router.place(child_id)
+            if target == self.host.name:
+                receipt: Receipt | None = await self.host.child_command(child_id, name, self.root_key, command)
+                return receipt
+            try:
+                answer: Receipt | None = await router.host(target).child_command.remote(
+                    child_id, name, self.root_key, command
+                )
+                return answer
+            except SessionMoved:
+                router.forget(child_id)
+            except _ACTOR_ERRORS:
+                router.forget(child_id)
+                await router.wait_ready(target)
+                await asyncio.sleep(min(0.05 * attempt, 0.5))
+        return Receipt(command.id, "rejected", "unreachable")
 
     async def _control(self, child_id: str, action: str, when: str = "now") -> None:
         router = self.host.router

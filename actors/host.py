@@ -103,6 +103,7 @@ class SessionHost:
         """Dedicated placement: the session(s) the supervisor gave this host."""
         self._tasks: set[asyncio.Future[Any]] = set()
         self._directory_dirty = False
+        self._closing = False
         self._directory_task: asyncio.Task[None] | None = None
         self.started = time.time()
         self.log = log.bind(host=name)
@@ -269,7 +270,7 @@ class SessionHost:
             self._directory_dirty = False
             entries = {sid: h.agent_key for sid, h in self.hosted.items()}
             await self.store.save_snapshot(f"troupe:host:{self.name}", "directory", 0, pack(entries))
-            if not self.options.extra.get("local"):
+            if not self.options.extra.get("local") and not self._closing:
                 with contextlib.suppress(Exception):
                     await self.router.report(self.name, entries)
 
@@ -369,8 +370,7 @@ class SessionHost:
 
     async def child_run(self, request: ChildRequest, root_key: str, parent_host: str) -> ChildResult:
         """Run (or re-attach to) a child session, streaming its batches to the parent's host."""
-        child_key = f"{root_key}#{request.agent.name}"
-        hosted = await self._child_hosted(request, root_key, child_key)
+        hosted = await self._child_hosted(request.child_id, request.agent, root_key)
         runner = hosted.runner
 
         deliver = self._deliverer(parent_host, request.parent_id)
@@ -409,19 +409,28 @@ class SessionHost:
             # A finished sub-agent is rarely asked again; a dedicated one frees its process soon.
             self._touch(request.child_id, 1.0 if self.options.placement == "dedicated" else None)
 
-    async def _child_hosted(self, request: ChildRequest, root_key: str, child_key: str) -> _Hosted:
-        hosted = self.hosted.get(request.child_id)
+    async def child_command(self, child_id: str, agent: Any, root_key: str, command: Command) -> Any:
+        """A command for a sub-agent session (an answer to its approval); returns its receipt."""
+        hosted = await self._child_hosted(child_id, agent, root_key)
+        receipt = (await hosted.runner.submit(command)).receipt
+        self._touch(child_id)
+        return receipt
+
+    async def _child_hosted(self, child_id: str, agent: Any, root_key: str) -> _Hosted:
+        """The child session, activated under its agent (``agent`` may be only its name)."""
+        hosted = self.hosted.get(child_id)
         if hosted is not None:
             return hosted
+        child_key = f"{root_key}#{agent.name}"
         if child_key not in self.registry._cache:
             root = await self.registry.get(root_key)
-            sub = root.find(request.agent.name)
+            sub = root.find(agent.name)
             if sub is None:
-                sub = request.agent if isinstance(request.agent, Agent) else None
+                sub = agent if isinstance(agent, Agent) else None
             if sub is None:
-                raise UsageError(f"agent {root_key!r} has no sub-agent {request.agent.name!r}")
+                raise UsageError(f"agent {root_key!r} has no sub-agent {agent.name!r}")
             self.registry.put(child_key, sub)
-        return await self._hosted(request.child_id, child_key)
+        return await self._hosted(child_id, child_key)
 
     def _deliverer(self, parent_host: str, parent_id: str) -> Any:
         if parent_host == self.name:
@@ -463,6 +472,7 @@ class SessionHost:
 
     async def shutdown(self) -> None:
         """Close every session (used when a runtime that owns this host exits)."""
+        self._closing = True  # the supervisor is going away too: tell it nothing more
         for task in [self._boot, *self._tasks]:
             if task is not None and not task.done():
                 task.cancel()

@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "HOST_CONCURRENCY",
     "SUPERVISOR_NAME",
+    "head_node",
     "host_actor",
     "host_name",
     "supervisor_actor",
@@ -34,6 +35,15 @@ SUPERVISOR_NAME = "troupe-supervisor"
 """The supervisor's actor name (one per namespace)."""
 HOST_CONCURRENCY = 100_000
 """Concurrent calls a host accepts: long polls and child runs wait inside it, so this is high."""
+
+
+def head_node() -> str | None:
+    """The id of the cluster's head node (None if Ray does not say)."""
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    for node in nodes:
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+            return str(node["NodeID"])
+    return None
 
 
 def host_name(node: str, index: int) -> str:
@@ -69,8 +79,12 @@ def host_actor(
     return ray.remote(cls).options(**options)
 
 
-def supervisor_actor(cls: type, *, namespace: str, detached: bool) -> Any:
-    """The Ray actor class for the supervisor: named, detached, restartable, got if it exists."""
+def supervisor_actor(cls: type, *, namespace: str, detached: bool, node_id: str | None = None) -> Any:
+    """The Ray actor class for the supervisor: named, detached, restartable, got if it exists.
+
+    Pinned to ``node_id`` (the head node, as Ray Serve pins its controller): the supervisor must
+    not be on a node it is there to recover from.
+    """
     options: dict[str, Any] = {
         "name": SUPERVISOR_NAME,
         "namespace": namespace,
@@ -82,4 +96,6 @@ def supervisor_actor(cls: type, *, namespace: str, detached: bool) -> Any:
     }
     if detached:
         options["lifetime"] = "detached"
+    if node_id is not None:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return ray.remote(cls).options(**options)

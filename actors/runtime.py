@@ -28,7 +28,7 @@ import structlog
 from actors.base import BaseRuntime
 from actors.client import Session
 from actors.host import HostOptions, SessionHost
-from actors.options import DEFAULT_NAMESPACE, SUPERVISOR_NAME, host_actor, host_name, supervisor_actor
+from actors.options import DEFAULT_NAMESPACE, SUPERVISOR_NAME, head_node, host_actor, host_name, supervisor_actor
 from actors.router import Router
 from actors.supervisor import Supervisor
 from actors.transport import RayTransport
@@ -95,7 +95,8 @@ class Runtime(BaseRuntime):
         self.supervisor: Any = None
         self.store: EventStore = open_store(self.store_url)
         self._started_ray = False
-        self._created: list[Any] = []
+        self._created: list[str] = []  # the names of the actors this runtime created
+        self._held: list[Any] = []  # handles kept alive: a non-detached actor dies with its last handle
         self._options: HostOptions | None = None
         self.transport = RayTransport(self.router, None)
 
@@ -134,15 +135,15 @@ class Runtime(BaseRuntime):
             actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=node_id, detached=detached)
             handle = actor.remote(name, self._options)
             if not existed:
-                self._created.append(handle)
+                self._created.append(name)
             handles.append(handle)
+        self._held = handles
         await asyncio.gather(*(h.ready.remote() for h in handles))
         existed = _exists(SUPERVISOR_NAME, self.namespace)
-        self.supervisor = supervisor_actor(Supervisor, namespace=self.namespace, detached=detached).remote(
-            self.namespace, self.host_names, self.placement, self._options, self.warm
-        )
+        supervisor = supervisor_actor(Supervisor, namespace=self.namespace, detached=detached, node_id=head_node())
+        self.supervisor = supervisor.remote(self.namespace, self.host_names, self.placement, self._options, self.warm)
         if not existed:
-            self._created.append(self.supervisor)
+            self._created.append(SUPERVISOR_NAME)
         await self.supervisor.start.remote()
         self.transport = RayTransport(self.router, self.supervisor)
         log.info("runtime_started", namespace=self.namespace, hosts=len(self.host_names), placement=self.placement)
@@ -153,19 +154,20 @@ class Runtime(BaseRuntime):
         if self._created and ray.is_initialized():
             with contextlib.suppress(Exception):
                 await self.supervisor.shutdown.remote()
-            hosts = [h for h in self._created if h is not self.supervisor]
-            dedicated = []
+            names = [n for n in self._created if n != SUPERVISOR_NAME]
             with contextlib.suppress(Exception):
-                info = await self.supervisor.info.remote()
-                dedicated = [n for n in info["hosts"] if n not in self.host_names]
-            for name in dedicated:
-                with contextlib.suppress(Exception):
-                    hosts.append(ray.get_actor(name, namespace=self.namespace))
-            await asyncio.gather(*(h.shutdown.remote() for h in hosts), return_exceptions=True)
+                info = await asyncio.wait_for(self.supervisor.info.remote(), 10)
+                names += [n for n in info["hosts"] if n not in self.host_names]  # dedicated hosts
+            # By name: a host the supervisor moved to another node is a new actor under the old name.
+            hosts = [h for h in (_actor(n, self.namespace) for n in names) if h is not None]
+            stopping = [asyncio.ensure_future(h.shutdown.remote()) for h in hosts]
+            if stopping:
+                await asyncio.wait(stopping, timeout=30)
             for handle in [*hosts, self.supervisor]:
                 with contextlib.suppress(Exception):
                     ray.kill(handle, no_restart=True)
         self._created.clear()
+        self._held.clear()
         await self.store.close()
         if self._started_ray:
             ray.shutdown()
@@ -193,12 +195,15 @@ def _nodes() -> list[dict[str, Any]]:
     return listed
 
 
-def _exists(name: str, namespace: str) -> bool:
+def _actor(name: str, namespace: str) -> Any:
     try:
-        ray.get_actor(name, namespace=namespace)
+        return ray.get_actor(name, namespace=namespace)
     except ValueError:
-        return False
-    return True
+        return None
+
+
+def _exists(name: str, namespace: str) -> bool:
+    return _actor(name, namespace) is not None
 
 
 class SyncRuntime:

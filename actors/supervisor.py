@@ -42,6 +42,14 @@ def _node_alive(node: str | None) -> bool:
     return node is None or node in _live_nodes()
 
 
+def _first_node(name: str) -> str | None:
+    """The node a pooled host was first placed on (its name carries the id's first characters)."""
+    for node in cast(Any, ray).nodes():
+        if name.startswith(f"troupe-host-{node['NodeID'][:12]}-"):
+            return str(node["NodeID"])
+    return None
+
+
 class Supervisor:
     """The directory, host watching and recovery, tree pause/resume (see the module docstring)."""
 
@@ -114,6 +122,8 @@ class Supervisor:
     async def _revive(self, name: str) -> None:
         """Wait for Ray to restart host ``name``, or move it if its node is gone."""
         deadline = time.monotonic() + 120
+        # A restarted supervisor may not know where a host was: the node in its name is the guess.
+        self._nodes.setdefault(name, _first_node(name))
         while time.monotonic() < deadline:
             if not _node_alive(self._nodes.get(name)):
                 await self._move(name)  # its node is gone: re-create it on a live one
@@ -142,12 +152,13 @@ class Supervisor:
         for target in sorted(counts, key=lambda n: counts[n]):
             for _ in range(100):  # the old name is free once Ray has cleaned up the dead actor
                 try:
+                    # Detached: a host the supervisor created must not die with the supervisor.
                     actor = host_actor(
                         SessionHost,
                         name=name,
                         namespace=self.namespace,
                         node_id=target,
-                        detached=False,
+                        detached=True,
                         get_if_exists=False,
                     )
                     handle = actor.remote(name, self.host_options)

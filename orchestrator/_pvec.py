@@ -32,15 +32,16 @@ def _new_path(level: int, node: _Node) -> _Node:
 class PVec(Sequence[T], Generic[T]):
     """An immutable sequence with cheap ``append`` and ``set`` that return new vectors."""
 
-    __slots__ = ("_root", "_shift", "_size", "_tail")
+    __slots__ = ("_ids", "_root", "_shift", "_size", "_tail")
 
+    _ids: dict[Any, int]
     _root: _Node
     _shift: int
     _size: int
     _tail: _Node
 
     def __new__(cls, items: Iterable[T] = ()) -> PVec[T]:
-        vec = _EMPTY if cls is PVec and _EMPTY is not None else _make(0, _BITS, (), ())
+        vec = _EMPTY if cls is PVec and _EMPTY is not None else _make(0, _BITS, (), (), {})
         for item in items:
             vec = vec.append(item)
         return vec
@@ -115,20 +116,41 @@ class PVec(Sequence[T], Generic[T]):
         tail = self._tail
         return tail[-1] if tail else None
 
+    def index_of_id(self, key: Any) -> int | None:
+        """The index of the item whose ``id`` is ``key`` (``None`` if there is none).
+
+        Meant for unique ids (a session's message ids are); with duplicates, it finds one of them.
+
+        Constant time: the versions of one vector share an id -> index map, filled as items are
+        added. An entry can be stale (another version put something else there, or replaced the
+        item), so a hit is checked; only a failed check falls back to a scan.
+        """
+        index = self._ids.get(key)
+        if index is None:
+            return None
+        if index < self._size and getattr(self.at(index), "id", None) == key:
+            return index
+        for i in range(self._size - 1, -1, -1):
+            if getattr(self.at(i), "id", None) == key:
+                return i
+        return None
+
     # -- writing (each returns a new vector) --------------------------------------------------
 
     def append(self, item: T) -> PVec[T]:
         """A new vector with ``item`` at the end."""
         size = self._size
+        ids = self._ids if size else {}  # a new vector (from empty) starts a map of its own
+        ids[getattr(item, "id", None)] = size
         if size - self._tail_offset() < _WIDTH:
-            return _make(size + 1, self._shift, self._root, (*self._tail, item))
+            return _make(size + 1, self._shift, self._root, (*self._tail, item), ids)
         shift = self._shift
         if (size >> _BITS) > (1 << shift):
             root = (self._root, _new_path(shift, self._tail))
             shift += _BITS
         else:
             root = self._push_tail(shift, self._root, self._tail)
-        return _make(size + 1, shift, root, (item,))
+        return _make(size + 1, shift, root, (item,), ids)
 
     def _push_tail(self, level: int, parent: _Node, tail: _Node) -> _Node:
         sub = ((self._size - 1) >> level) & _MASK
@@ -147,19 +169,25 @@ class PVec(Sequence[T], Generic[T]):
             index += size
         if not 0 <= index < size:
             raise IndexError("PVec index out of range")
+        ids = self._ids
+        ids[getattr(item, "id", None)] = index
         offset = self._tail_offset()
         if index >= offset:
             tail = self._tail
             j = index - offset
-            return _make(size, self._shift, self._root, (*tail[:j], item, *tail[j + 1 :]))
-        return _make(size, self._shift, _assoc(self._shift, self._root, index, item), self._tail)
+            return _make(size, self._shift, self._root, (*tail[:j], item, *tail[j + 1 :]), ids)
+        return _make(size, self._shift, _assoc(self._shift, self._root, index, item), self._tail, ids)
 
     def set_last(self, item: T) -> PVec[T]:
         """A new vector whose last item is ``item`` (the streaming hot path)."""
         tail = self._tail
         if not tail:
             raise IndexError("set_last on an empty PVec")
-        return _make(self._size, self._shift, self._root, (*tail[:-1], item))
+        ids = self._ids
+        key = getattr(item, "id", None)
+        if key is not getattr(tail[-1], "id", None):  # the streaming path keeps the same id object
+            ids[key] = self._size - 1
+        return _make(self._size, self._shift, self._root, (*tail[:-1], item), ids)
 
     def take(self, n: int) -> PVec[T]:
         """The first ``n`` items (``self`` when that is all of them)."""
@@ -200,16 +228,18 @@ _set_size = slot_setter(PVec, "_size")
 _set_shift = slot_setter(PVec, "_shift")
 _set_root = slot_setter(PVec, "_root")
 _set_tail = slot_setter(PVec, "_tail")
+_set_ids = slot_setter(PVec, "_ids")
 
 
-def _make(size: int, shift: int, root: _Node, tail: _Node) -> PVec[Any]:
+def _make(size: int, shift: int, root: _Node, tail: _Node, ids: dict[Any, int]) -> PVec[Any]:
     vec: PVec[Any] = _new(PVec)
     _set_size(vec, size)
     _set_shift(vec, shift)
     _set_root(vec, root)
     _set_tail(vec, tail)
+    _set_ids(vec, ids)
     return vec
 
 
 _EMPTY: PVec[Any] | None = None
-_EMPTY = _make(0, _BITS, (), ())
+_EMPTY = _make(0, _BITS, (), (), {})

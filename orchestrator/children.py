@@ -18,7 +18,8 @@ from typing import Any, Protocol
 from orchestrator import builtin as ai
 from orchestrator.actions import ApplyPart, SessionAction, ToolPhase
 from orchestrator.agent import Agent
-from orchestrator.aistate import AIState
+from orchestrator.aistate import AIState, Receipt
+from orchestrator.commands import Respond
 from orchestrator.log import Applied
 from orchestrator.parts import NestedRun
 from orchestrator.stream import RunSnapshot
@@ -94,6 +95,10 @@ class Children(Protocol):
 
     async def resume(self, child_id: str) -> None:
         """Resume the child."""
+        ...
+
+    async def respond(self, child_id: str, agent: Agent, command: Respond) -> Receipt | None:
+        """Answer an approval the child (or one of its own sub-agents) is waiting on."""
         ...
 
 

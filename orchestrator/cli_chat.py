@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.approvals import nested_approvals, pending_approvals
 from orchestrator.cli_common import STORE_ENV, load_target, started_runtime, stdout
 from orchestrator.cli_live import LiveTurn, awaiting_approval, caught_up, last_user_index
 from orchestrator.cli_render import render_conversation
@@ -324,17 +325,19 @@ class _Chat:
         )
 
     def _nested_note(self) -> bool:
-        """Say so when the call awaiting approval is a sub-agent's: its session cannot be reached from here."""
+        """Announce a sub-agent's approval (answered through this session, like its own)."""
         found = awaiting_approval(self.live.view.state.messages)
         if found is None or not found[0]:
             return False
         path, part = found
         self.console.print(
-            Text(
-                f"⚠ {part.name} in sub-agent session {'/'.join((self.session.id, *path))} needs approval: "
-                f"{part.prompt}. The session API cannot answer a sub-agent's approval yet; "
-                "/stop ends the turn",
-                style="yellow",
+            Text.assemble(
+                ("⚠ ", "bold yellow"),
+                (part.name, "bold"),
+                f" in sub-agent session {'/'.join((self.session.id, *path))} needs approval: {part.prompt} — ",
+                ("/approve", "bold"),
+                " or ",
+                ("/deny", "bold"),
             )
         )
         return True
@@ -441,10 +444,9 @@ class _Chat:
 
     async def _respond(self, approved: bool, reason: str | None, start: int, before: set[str]) -> None:
         snapshot = await self.session.state()
-        pending = [i for i in snapshot.state.interactions.values() if i.status == "pending"]
+        pending = pending_approvals(snapshot.state)  # this session's own first, then its sub-agents'
         if not pending:
-            if not self._nested_note():
-                self.console.print(Text("nothing awaits approval", style="dim"))
+            self.console.print(Text("nothing awaits approval", style="dim"))
             return
         target = pending[0]
         receipt = await self.session.respond(target.id, approved, reason=reason)
@@ -452,7 +454,14 @@ class _Chat:
             return
         verb = "approved" if approved else "denied"
         self.console.print(Text(f"{verb} {target.name}", style="green" if approved else "yellow"))
+        if target.path:  # the answer is in the sub-agent's log: wait for it to reach this session
+            with contextlib.suppress(TimeoutError):
+                await self.live.wait_for(lambda v: target.id not in _nested(v.state.messages), 30.0)
         await self._follow(start, before)
+
+
+def _nested(messages: Any) -> set[str]:
+    return {a.id for a in nested_approvals(messages)}
 
 
 def chat_command(

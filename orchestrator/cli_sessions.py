@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -40,8 +40,15 @@ def list_command(
 
     async def go() -> Table:
         events = await open_read_store(store)
+        rows: list[Any] = []
         try:
-            rows = await events.list_sessions(prefix=prefix, limit=limit)
+            after: str | None = None
+            while len(rows) < limit:  # Troupe's own logs (``troupe:...``, e.g. API key owners) are skipped
+                page = await events.list_sessions(prefix=prefix, after=after, limit=limit)
+                rows += [r for r in page if not r.session_id.startswith("troupe:")][: limit - len(rows)]
+                if len(page) < limit:
+                    break
+                after = page[-1].session_id
         finally:
             await events.close()
         table = Table(title=f"sessions in {store}", title_justify="left", show_edge=False)

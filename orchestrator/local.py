@@ -12,9 +12,9 @@ from dataclasses import replace
 from typing import Any
 
 from orchestrator.agent import Agent
-from orchestrator.aistate import AIState
+from orchestrator.aistate import AIState, Receipt
 from orchestrator.children import ChildRequest, ChildResult, Deliver, NestedForwarder, child_result
-from orchestrator.commands import PauseSession, ResumeSession, SendInput, StopTurn, idempotent_id
+from orchestrator.commands import PauseSession, Respond, ResumeSession, SendInput, StopTurn, idempotent_id
 from orchestrator.log import Applied
 from orchestrator.runner import SessionRunner
 from orchestrator.store.base import EventStore
@@ -88,6 +88,11 @@ class LocalChildren:
         runner = self.runners.get(child_id)
         if runner is not None:
             await runner.submit(ResumeSession(_command_id()))
+
+    async def respond(self, child_id: str, agent: Agent, command: Respond) -> Receipt | None:
+        """Answer the child's approval (its runner decides, as for any command)."""
+        runner = await self.runner(child_id, agent)
+        return (await runner.submit(command)).receipt
 
     async def close(self) -> None:
         """Close every child runner (their logs keep everything)."""

@@ -246,11 +246,7 @@ def _put(messages: Messages, index: int, message: AgentMessage) -> Messages:
 
 
 def _index_of(messages: Messages, message_id: str) -> int | None:
-    at = messages.at
-    for i in range(len(messages) - 1, -1, -1):
-        if at(i).id == message_id:
-            return i
-    return None
+    return messages.index_of_id(message_id)
 
 
 def _target(messages: Messages, message_id: str | None) -> int | None:

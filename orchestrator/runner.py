@@ -17,16 +17,17 @@ import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator import builtin as ai
 from orchestrator._json import JsonObject, JsonValue
 from orchestrator.agent import Agent, MetadataContext, ResolverContext
 from orchestrator.aistate import AIState, Receipt, ToolRecord
+from orchestrator.approvals import approval_id, split_nested
 from orchestrator.buffer import coalesce
 from orchestrator.children import ChildBatch, Children, ChildRequest
-from orchestrator.commands import Command, Decision, decide
+from orchestrator.commands import Command, Decision, Respond, decide
 from orchestrator.compaction import SUMMARY_INSTRUCTIONS, calibrate, compaction_cut, estimate_tokens, prompt_messages
 from orchestrator.errors import ConcurrencyConflict, ModelError, PartialDuplicateBatch, ToolError, UsageError
 from orchestrator.events import Event, check_caller_event
@@ -387,8 +388,11 @@ class SessionRunner:
         """Persist ``command`` and its decision; the session acts on it at once.
 
         Ordering: commands are applied in the order this method is called. An identical
-        resubmission (same id and content) replays: nothing new is written.
+        resubmission (same id and content) replays: nothing new is written. An answer to a
+        sub-agent's approval (a qualified interaction id) is decided by the sub-agent's session.
         """
+        if isinstance(command, Respond) and split_nested(command.interaction_id) is not None:
+            return await self._respond_nested(command)
         async with self._lock:
             for attempt in range(2):
                 decision = decide(self.log.state, command, self.clock())
@@ -414,6 +418,18 @@ class SessionRunner:
                     raise
                 break
         return decision
+
+    async def _respond_nested(self, command: Respond) -> Decision:
+        split = split_nested(command.interaction_id)
+        assert split is not None
+        call_id, rest = split
+        record = self.log.state.tools.get(call_id)
+        sub = self.agent.sub_agent(record.name) if record is not None else None
+        if self.children is None or record is None or sub is None or record.final:
+            return Decision((), Receipt(command.id, "rejected", "not-pending"))
+        child_id = f"{self.session_id}/{call_id}"
+        receipt = await self.children.respond(child_id, sub, replace(command, interaction_id=rest))
+        return Decision((), receipt)
 
     async def _replayed(self, command_id: str, fallback: Decision) -> Decision:
         events = await self.log.store.read(self.session_id)
@@ -786,7 +802,7 @@ class SessionRunner:
                 prompt = tool.approval_prompt(arguments)
                 if prompt is not None:
                     payload: JsonObject = {
-                        "interactionId": f"{record.id}:approval",
+                        "interactionId": approval_id(record.id),
                         "callId": record.id,
                         "prompt": prompt,
                     }
@@ -833,6 +849,9 @@ class SessionRunner:
         returns at once: the sub-agent never waits for its parent's store.
         """
         held = self._held.setdefault(batch.call_id, {})
+        snapshot = held.get(-1)
+        if snapshot is not None and batch.seq <= snapshot.seq:
+            return  # older than a snapshot already waiting (a late first snapshot, say): covered
         if batch.prev is None:  # a snapshot supersedes whatever it covers, nothing after it
             for key in [k for k, b in held.items() if b.seq <= batch.seq]:
                 del held[key]

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic_core import to_jsonable_python
 
 from orchestrator.aistate import AIState
+from orchestrator.approvals import nested_approvals
 from orchestrator.mutations import info_of, turn_of
 from orchestrator.wire import state_to_wire
 
@@ -17,7 +18,8 @@ def state_json(state: AIState) -> dict[str, Any]:
     """The conversation (``state_to_wire``: messages, status, error) and what surrounds it.
 
     ``inbox`` (pending inputs, paused), ``active`` (the turn, with its step), ``lastTurn``,
-    ``interactions`` (approvals), ``app`` (the contract's state) and ``usage``, in camelCase.
+    ``interactions`` (approvals; a sub-agent's carries its ``path``), ``app`` (the contract's
+    state) and ``usage``, in camelCase.
     """
     out = state_to_wire(state.session)
     info = info_of(state)
@@ -27,6 +29,9 @@ def state_json(state: AIState) -> dict[str, Any]:
     out["interactions"] = [
         {"id": i.id, "callId": i.call_id, "name": i.name, "prompt": i.prompt, "status": i.status}
         for i in state.interactions.values()
+    ] + [  # a sub-agent's, answered through this session by its qualified id
+        {"id": a.id, "callId": a.call_id, "name": a.name, "prompt": a.prompt, "status": "pending", "path": list(a.path)}
+        for a in nested_approvals(state.messages)
     ]
     out["app"] = to_jsonable_python(dict(state.app), fallback=str)
     out["usage"] = {"inputTokens": state.usage.input_tokens, "outputTokens": state.usage.output_tokens}

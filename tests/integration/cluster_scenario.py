@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import sys
 import tempfile
 import uuid
@@ -103,6 +104,7 @@ async def scenario(workdir: str) -> dict[str, Any]:
         await rt.close()
         ray.shutdown()
         cast(Any, cluster).shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -30,6 +31,7 @@ def ray_session() -> Iterator[None]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp, namespace="troupe-tests")
     yield
     ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.fixture

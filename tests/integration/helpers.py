@@ -162,3 +162,35 @@ def gated_model(gate: Any, text: str = "done") -> Any:
 
 
 _ = ToolCall
+
+
+def approving_tree() -> Agent:
+    """shop -> researcher -> buyer, whose ``add_to_cart`` needs approval."""
+
+    @tool(needs_approval=True)
+    async def add_to_cart(slug: str) -> str:
+        """Add an item to the cart."""
+        return f"Added {slug}."
+
+    buyer = Agent(
+        "buyer",
+        "Buy.",
+        ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "Bought."}]], per_turn=True),
+        tools=[add_to_cart],
+    )
+    researcher = Agent(
+        "researcher",
+        "Research.",
+        ScriptedModel(
+            [[{"tool": "delegate_to_buyer", "input": {"task": "buy a mug"}}], [{"text": "Done."}]], per_turn=True
+        ),
+        agents=[buyer],
+    )
+    return Agent(
+        "shop",
+        "Shop.",
+        ScriptedModel(
+            [[{"tool": "delegate_to_researcher", "input": {"task": "get a mug"}}], [{"text": "Ok."}]], per_turn=True
+        ),
+        agents=[researcher],
+    )

@@ -15,12 +15,13 @@ from actors.runtime import Runtime
 from orchestrator import builtin as ai
 from orchestrator.agent import Agent
 from orchestrator.aistate import AIState
+from orchestrator.approvals import pending_approvals
 from orchestrator.fold import INTERRUPTED, fold_events
 from orchestrator.mutations import ClientView
 from orchestrator.parts import AgentMessage, NestedRun, ToolPart
 from orchestrator.testing import ScriptedModel
 
-from .helpers import CrashingModel, Gate, count_lines, crashing_tool, delegating, gated_model
+from .helpers import CrashingModel, Gate, approving_tree, count_lines, crashing_tool, delegating, gated_model
 
 TIMEOUT = 60
 
@@ -97,6 +98,23 @@ async def test_fifty_sessions_delegating_two_levels_deep(runtime: Runtime) -> No
         research = call(snapshot.state.messages, "delegate_to_researcher")
         child = fold_events(await runtime.store.read(f"{session.id}/{research.id}"))
         assert research.agent is not None and child.messages == research.agent.messages
+
+
+async def test_a_sub_agents_approval_is_answered_through_the_top_session(runtime: Runtime) -> None:
+    session = runtime.session("approve-deep", agent=approving_tree())
+    turn = await session.prompt("a mug please")
+    state = await wait_state(session, lambda s: bool(pending_approvals(s)))
+    [approval] = pending_approvals(state)
+    assert len(approval.path) == 2 and approval.name == "add_to_cart"
+    receipt = await session.respond(approval.id, approved=True)
+    assert receipt.outcome == "applied"
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert (result.success, result.text) == (True, "Ok.")
+    final = (await session.state()).state
+    research = call(final.messages, "delegate_to_researcher")
+    assert research.agent is not None
+    buying = call(research.agent.messages, "delegate_to_buyer")
+    assert buying.agent is not None and call(buying.agent.messages, "add_to_cart").output == "Added mug."
 
 
 async def test_a_session_streams_and_its_turn_resolves(runtime: Runtime) -> None:

@@ -193,9 +193,18 @@ def test_default_prompts_are_the_shop_workload() -> None:
 
 
 def test_sessions_list(shop_store: str) -> None:
+    from orchestrator.events import Event
+    from orchestrator.store import open_store
+
+    async def internal() -> None:  # a log of Troupe's own (what the HTTP API keeps per API key)
+        store = open_store(shop_store)
+        await store.append("troupe:keys:abc", [Event("troupe:owner:s-x", "troupe.owner", {})])
+        await store.close()
+
+    asyncio.run(internal())
     result = invoke("sessions", "list", "--store", shop_store)
     assert result.exit_code == 0, result.output
-    assert "s-shop " in result.stdout and "s-shop/call-" in result.stdout
+    assert "s-shop " in result.stdout and "s-shop/call-" in result.stdout and "troupe:" not in result.stdout
     assert " 19 " in result.stdout  # the session's events
     empty = invoke("sessions", "list", "--store", shop_store, "--prefix", "zzz")
     assert "no sessions" in empty.stdout
@@ -339,17 +348,18 @@ BOSS = Agent(
 )
 
 
-async def test_chat_loop_sub_agent_approval_is_explained() -> None:
+async def test_chat_loop_answers_a_sub_agent_approval() -> None:
     console = record()
     async with LocalRuntime() as runtime:
         session = runtime.session("chat-boss", agent=BOSS)
-        await chat_loop(session, ["go", "/approve", "/stop", "/stop", "/quit"], console, assistant="boss")
+        await chat_loop(session, ["go", "/approve", "/stop", "/quit"], console, assistant="boss")
         info = await session.info()
     out = console.export_text()
     assert "clerk" in out and "? awaiting approval" in out  # drawn nested under the delegate call
-    assert out.count("in sub-agent session chat-boss/") == 2 and "cannot answer" in out  # the run, then /approve
-    assert "turn t1 stopped" in out and "no turn is running" in out
-    assert info["lastTurn"]["outcome"] == "stopped"
+    assert "buy in sub-agent session chat-boss/" in out and "/approve" in out
+    assert "approved buy" in out and "Done." in out
+    assert "no turn is running" in out
+    assert info["lastTurn"]["outcome"] == "completed"
 
 
 class GateModel:

@@ -224,6 +224,40 @@ async def test_respond_to_an_approval(client: httpx.AsyncClient, runtime: LocalR
     assert "Done." in done.messages.at(len(done.messages) - 1).text
 
 
+async def test_respond_to_a_sub_agents_approval_through_the_parent(runtime: LocalRuntime) -> None:
+    from tests.unit.test_runner import Counter, approving_tree
+
+    counter = Counter()
+    app = create_app(runtime, approving_tree(counter), api_keys=[KEY])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test", headers=bearer(KEY)) as http:
+        sid = await new_session(http)
+        await http.post(f"/api/sessions/{sid}/messages", json={"text": "a mug please"})
+
+        async def waiting() -> dict[str, Any]:
+            while True:
+                wire = (await http.get(f"/api/sessions/{sid}/state")).json()["state"]
+                if wire["interactions"]:
+                    return dict(wire["interactions"][0])
+                await asyncio.sleep(0.02)
+
+        nested = await asyncio.wait_for(waiting(), 5.0)
+        assert nested["name"] == "add_to_cart" and len(nested["path"]) == 2 and nested["status"] == "pending"
+        answer = await http.post(f"/api/sessions/{sid}/respond", json={"interactionId": nested["id"], "approved": True})
+        assert answer.json()["outcome"] == "applied"
+
+        async def finished() -> dict[str, Any]:
+            while True:
+                wire = (await http.get(f"/api/sessions/{sid}/state")).json()["state"]
+                if wire["status"] == "idle" and wire["lastTurn"]:
+                    return dict(wire)
+                await asyncio.sleep(0.02)
+
+        done = await asyncio.wait_for(finished(), 5.0)
+        assert done["interactions"] == [] and done["lastTurn"]["outcome"] == "completed"
+        assert '"output": "Added."' in json.dumps(done)  # the buyer's call ran, deep in the nested runs
+
+
 async def test_push_app_events(client: httpx.AsyncClient) -> None:
     sid = await new_session(client)
     pushed = await client.post(

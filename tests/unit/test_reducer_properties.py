@@ -74,3 +74,47 @@ def test_the_previous_state_is_never_mutated(actions_: list[SessionAction], last
     snapshot = state_to_wire(state)
     session_reducer(state, last)
     assert state_to_wire(state) == snapshot
+
+
+class _Item:
+    __slots__ = ("id", "n")
+
+    def __init__(self, id: str, n: int) -> None:
+        self.id = id
+        self.n = n
+
+
+_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["append", "set", "set_last", "branch"]),
+        st.integers(0, 40),
+        st.sampled_from([f"m{i}" for i in range(12)]),
+    ),
+    max_size=120,
+)
+
+
+@given(_ops)
+@settings(max_examples=200)
+def test_index_of_id_agrees_with_a_scan_across_diverging_versions(ops: list[tuple[str, int, str]]) -> None:
+    from orchestrator._pvec import PVec
+
+    versions: list[PVec[_Item]] = [PVec()]
+    for op, at, key in ops:  # ids stay unique within each version, as message ids do
+        base = versions[at % len(versions)] if op == "branch" else versions[-1]
+        present = [i.id for i in base]
+        if op in ("append", "branch"):
+            if key not in present:
+                versions.append(base.append(_Item(key, at)))
+            continue
+        if not present:
+            continue
+        index = at % len(base) if op == "set" else len(base) - 1
+        if key not in present or present.index(key) == index:
+            replaced = base.set(index, _Item(key, at)) if op == "set" else base.set_last(_Item(key, at))
+            versions.append(replaced)
+    for vec in versions:
+        items = list(vec)
+        for key in {i.id for i in items} | {"absent"}:
+            expected = next((i for i in range(len(items) - 1, -1, -1) if items[i].id == key), None)
+            assert vec.index_of_id(key) == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,11 +12,13 @@ import pytest
 from orchestrator import builtin as ai
 from orchestrator.agent import Agent, Compaction, MetadataContext, ResolverContext
 from orchestrator.aistate import AIState
+from orchestrator.approvals import pending_approvals
+from orchestrator.children import ChildBatch, ChildRequest, ChildResult, Deliver
 from orchestrator.commands import PauseSession, Respond, ResumeSession, RetryTurn, SendInput, StopTurn
 from orchestrator.errors import ModelError
 from orchestrator.events import Event
 from orchestrator.fold import DENIED, INTERRUPTED, fold_events
-from orchestrator.local import LocalSessions
+from orchestrator.local import LocalChildren, LocalSessions
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.parts import AgentMessage, CompactionPart, NestedRun, ToolPart
 from orchestrator.runner import SessionRunner
@@ -208,6 +211,36 @@ async def test_a_two_level_delegation_nests_every_part_under_the_right_call(
     assert fold_events(await store.read("s-1")) == state
 
 
+class LateChildren(LocalChildren):
+    """Sub-agents whose batches reach the parent late and out of order (as Ray calls can)."""
+
+    async def run(self, request: ChildRequest, deliver: Deliver) -> ChildResult:
+        batches: list[ChildBatch] = []
+
+        async def collect(batch: ChildBatch) -> None:
+            batches.append(batch)
+
+        result = await super().run(request, collect)
+        assert result.final is not None and batches[0].prev is None
+        # The final snapshot comes first; the child's very first snapshot, sent long before, after it.
+        await deliver(result.final)
+        await deliver(batches[0])
+        return replace(result, final=None)
+
+
+async def test_a_late_first_snapshot_never_replaces_a_newer_one(store: EventStore) -> None:
+    agents = delegating_agents()
+    children = LateChildren(store)
+    runner = await SessionRunner.open(store, "s-1", agents, children=children)
+    assert await turn(runner, "u-1", "compare") == "completed"
+    research = call(runner.state, "delegate_to_researcher")
+    assert research.agent is not None
+    child = fold_events(await store.read(f"s-1/{research.id}"))
+    assert research.agent.messages == child.messages  # the newest snapshot won
+    await runner.close()
+    await children.close()
+
+
 # -- approvals ----------------------------------------------------------------------------------------
 
 
@@ -240,6 +273,56 @@ async def test_an_approved_call_runs_and_a_denied_one_never_does(sessions: Local
     assert len(counter.calls) == 1
     denied = next(p for p in tool_parts(runner.state.messages) if p.id == second.call_id)
     assert (denied.state, denied.error) == ("error", DENIED)
+
+
+def approving_tree(counter: Counter) -> Agent:
+    """shop -> researcher -> buyer, whose add_to_cart needs approval."""
+    buyer = Agent(
+        "buyer",
+        "Buy.",
+        ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "Bought."}]]),
+        tools=[cart_tool(counter, approval=True)],
+    )
+    researcher = Agent(
+        "researcher",
+        "Research.",
+        ScriptedModel([[{"tool": "delegate_to_buyer", "input": {"task": "buy a mug"}}], [{"text": "Done."}]]),
+        agents=[buyer],
+    )
+    return Agent(
+        "shop",
+        "Shop.",
+        ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "get a mug"}}], [{"text": "Ok."}]]),
+        agents=[researcher],
+    )
+
+
+async def test_an_approval_two_sub_agents_down_is_answered_through_the_top_session(
+    sessions: LocalSessions, store: EventStore
+) -> None:
+    counter = Counter()
+    runner = await sessions.open("s-1", approving_tree(counter))
+    await runner.submit(SendInput("u-1", "a mug please"))
+    state = await runner.wait_for(lambda s: bool(pending_approvals(s)), TIMEOUT)
+    [approval] = pending_approvals(state)
+    research = call(state, "delegate_to_researcher")
+    assert research.agent is not None
+    buying = next(p for p in tool_parts(research.agent.messages) if p.name == "delegate_to_buyer")
+    assert approval.path == (research.id, buying.id) and approval.name == "add_to_cart" and approval.prompt
+    assert approval.id == f"{research.id}/{buying.id}/{approval.call_id}:approval"
+    assert counter.calls == []
+    # A wrong path is a plain rejection; the right one is decided by the buyer's own session.
+    wrong = await runner.submit(Respond("r-0", f"call-x/{approval.call_id}:approval", approved=True))
+    assert wrong.receipt is not None and (wrong.receipt.outcome, wrong.receipt.reason) == ("rejected", "not-pending")
+    answered = await runner.submit(Respond("r-1", approval.id, approved=True))
+    assert answered.applied
+    assert (await runner.wait_input("u-1", timeout=TIMEOUT)).outcome == "completed"
+    assert counter.calls == [{"slug": "mug", "qty": 1}]
+    assert pending_approvals(runner.state) == []
+    buyer_log = await store.read(f"s-1/{research.id}/{buying.id}")
+    assert [e.payload["interactionId"] for e in buyer_log if e.type == ai.RESPOND] == [f"{approval.call_id}:approval"]
+    again = await runner.submit(Respond("r-2", approval.id, approved=True))  # the call is over now
+    assert again.receipt is not None and again.receipt.outcome == "rejected"
 
 
 # -- invalid arguments ----------------------------------------------------------------------------------

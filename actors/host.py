@@ -102,7 +102,9 @@ class SessionHost:
         self.adopted: set[str] = set()
         """Dedicated placement: the session(s) the supervisor gave this host."""
         self._tasks: set[asyncio.Future[Any]] = set()
-        self._directory_dirty = False
+        self._directory_marked = 0  # directory changes made / saved (generations)
+        self._directory_saved = 0
+        self._directory_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._closing = False
         self._directory_task: asyncio.Task[None] | None = None
         self.started = time.time()
@@ -169,7 +171,9 @@ class SessionHost:
             hosted = _Hosted(runner, agent_key, runner.state)
             runner.listeners.append(self._listener(session_id, hosted))
             self.hosted[session_id] = hosted
-            self._mark_directory()
+            # In the directory before any work is accepted: a restart of this host then knows to
+            # re-activate the session (and its unfinished turn) without waiting for a client.
+            await self._directory_durable(self._mark_directory())
             await runner.start()
             self._touch(session_id)
             future.set_result(hosted)
@@ -243,8 +247,9 @@ class SessionHost:
         if self.options.placement == "dedicated":
             # The process goes back to the warm pool for the next session.
             self.adopted.discard(session_id)
-            with contextlib.suppress(Exception):
-                self.router.supervisor.release.remote(self.name, session_id)
+            if not self._closing:
+                with contextlib.suppress(Exception):
+                    self.router.supervisor.release.remote(self.name, session_id)
         return True
 
     async def deactivate_idle(self) -> int:
@@ -257,20 +262,48 @@ class SessionHost:
 
     # -- the directory this host keeps in the store (for its own restart) --------------------------
 
-    def _mark_directory(self) -> None:
+    def _mark_directory(self) -> int:
+        """Note a change to the hosted sessions; returns its generation (see ``_directory_durable``)."""
         if self.options.extra.get("local"):
-            return  # an in-process host never restarts: it needs no directory in the store
-        self._directory_dirty = True
+            return 0  # an in-process host never restarts: it needs no directory in the store
+        self._directory_marked += 1
         if self._directory_task is None or self._directory_task.done():
             self._directory_task = asyncio.ensure_future(self._save_directory())
+        return self._directory_marked
+
+    async def _directory_durable(self, generation: int) -> None:
+        """Wait until the directory in the store includes change ``generation``."""
+        if generation <= self._directory_saved:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._directory_waiters.append((generation, waiter))
+        await waiter
 
     async def _save_directory(self) -> None:
-        await asyncio.sleep(0.05)  # debounce: one write for a burst of activations
-        while self._directory_dirty:
-            self._directory_dirty = False
+        # Changes made while a save is in flight go out together in the next one.
+        while self._directory_saved < self._directory_marked:
+            generation = self._directory_marked
             entries = {sid: h.agent_key for sid, h in self.hosted.items()}
-            await self.store.save_snapshot(f"troupe:host:{self.name}", "directory", 0, pack(entries))
-            if not self.options.extra.get("local") and not self._closing:
+            failure: BaseException | None = None
+            try:
+                await self.store.save_snapshot(f"troupe:host:{self.name}", "directory", 0, pack(entries))
+                self._directory_saved = generation
+            except Exception as error:
+                failure = error
+            waiting, self._directory_waiters = self._directory_waiters, []
+            for wanted, waiter in waiting:
+                if waiter.done():
+                    continue
+                if failure is not None:
+                    waiter.set_exception(failure)
+                elif wanted <= generation:
+                    waiter.set_result(None)
+                else:
+                    self._directory_waiters.append((wanted, waiter))
+            if failure is not None:
+                self.log.error("directory_save_failed", error=str(failure))
+                return
+            if not self._closing:
                 with contextlib.suppress(Exception):
                     await self.router.report(self.name, entries)
 

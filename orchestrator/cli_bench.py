@@ -122,11 +122,8 @@ def bench_shop_command(
         console.print(f"figures written to {json_file}")
 
 
-# -- HOOK(bench actors) ---------------------------------------------------------------------------
-# `troupe bench actors` runs actors/bench/nested.py (written separately): `async def
-# bench_actors(...) -> dict` and `def format_actors(dict) -> str`. Until that module exists the
-# command exits with one line saying so. When bench_actors grows options, add them here as typer
-# options and pass them through.
+# `troupe bench actors` runs actors/bench/nested.py: `async def bench_actors(...) -> dict` and
+# `def format_actors(dict) -> str` (loaded by name, so this module needs no Ray to import).
 
 
 def load_actors_bench(module: str = ACTORS_BENCH) -> tuple[Any, Any]:
@@ -149,10 +146,13 @@ def load_actors_bench(module: str = ACTORS_BENCH) -> tuple[Any, Any]:
 
 @bench_app.command("actors")
 def bench_actors_command(
+    parts: Annotated[int, typer.Option(min=1, help="Text parts the child streams to its parent.")] = 200_000,
+    trials: Annotated[int, typer.Option(min=1, help="Delegate calls timed to their first nested part.")] = 10,
+    recoveries: Annotated[int, typer.Option(min=1, help="Host kills timed to streaming again.")] = 3,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
 ) -> None:
-    """Actors and nested sub-agents on Ray (needs actors/bench/nested.py)."""
+    """Sub-agents across Ray actors: nested parts/s, time to the first nested part, recovery from a killed host."""
     bench, show = load_actors_bench()
-    result = asyncio.run(bench())
+    result = asyncio.run(bench(parts=parts, trials=trials, recoveries=recoveries))
     stdout().print(show(result), highlight=False, soft_wrap=True)
     _write_json(json_file, result)

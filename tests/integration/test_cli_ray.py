@@ -1,42 +1,55 @@
-"""``troupe run`` end to end on a real (local) Ray, as a user runs it: a separate process."""
+"""The CLI end to end on a real (local) Ray, as a user runs it: ``troupe run`` and the Ray benchmarks."""
 
 from __future__ import annotations
 
-import os
+import json
 import shutil
-import subprocess
-import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from .cli_process import REPO, troupe
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    # A short working folder: the CLI puts Ray's files in ./.troupe/ray, under Unix socket limits.
+    path = Path(tempfile.mkdtemp(prefix="tcr-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.slow
-def test_troupe_run_on_ray() -> None:
-    # A short working folder: the CLI puts Ray's files in ./.troupe/ray, under Unix socket limits.
-    workdir = Path(tempfile.mkdtemp(prefix="tcr-", dir="/tmp"))
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)  # start a Ray of its own, never join the test session's
-    env.pop("TROUPE_RAY_TEMP_DIR", None)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "orchestrator.cli", "run", str(REPO / "configs" / "shop.yaml"), "-p", "two mugs"],
-            cwd=workdir,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-        out = done.stdout
-        assert "two mugs" in out and "A000A001" in out and "C000C001" in out
-        assert '⚙ add_to_cart {"slug": "mug", "qty": 2} → Added.  ✓ done' in out
-        assert '⚙ lookup_price {"slug": "mug"} → 4.99  ✓ done' in out  # the sub-agent ran in its own actor
-        assert "turn results" in out and "completed" in out
-        assert (workdir / "troupe.db").is_file() and (workdir / ".troupe" / "ray").is_dir()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+def test_troupe_run_on_ray(workdir: Path) -> None:
+    done = troupe("run", str(REPO / "configs" / "shop.yaml"), "-p", "two mugs", cwd=workdir, timeout=120)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    out = done.stdout
+    assert "two mugs" in out and "A000A001" in out and "C000C001" in out
+    assert '⚙ add_to_cart {"slug": "mug", "qty": 2} → Added.  ✓ done' in out
+    assert '⚙ lookup_price {"slug": "mug"} → 4.99  ✓ done' in out  # the sub-agent ran in its own actor
+    assert "turn results" in out and "completed" in out
+    assert (workdir / "troupe.db").is_file() and (workdir / ".troupe" / "ray").is_dir()
+
+
+@pytest.mark.slow
+def test_troupe_bench_shop_verifies_every_session(workdir: Path) -> None:
+    out = workdir / "shop.json"
+    done = troupe("bench", "shop", "--sizes", "1,4", "--repeats", "1", "--json", str(out), cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    figures = json.loads(out.read_text())
+    assert "sessions/s" in done.stdout
+    assert sorted(figures, key=int) == ["1", "4"], figures
+
+
+@pytest.mark.slow
+def test_troupe_bench_actors(workdir: Path) -> None:
+    out = workdir / "actors.json"
+    args = ("--parts", "5000", "--trials", "2", "--recoveries", "1", "--json", str(out))
+    done = troupe("bench", "actors", *args, cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    figures = json.loads(out.read_text())
+    assert figures["nested"]["parts"] == 5000 and figures["nested"]["parts_per_s"] > 0
+    assert figures["first_nested_part"]["pooled"]["trials"] == 2
+    assert len(figures["recovery"]["runs"]) == 1 and "recovery" in done.stdout

@@ -283,6 +283,25 @@ async def test_pause_after_turn_on_a_tree_lets_the_turn_finish_and_holds_the_nex
     assert (await asyncio.wait_for(second.finished, TIMEOUT)).success
 
 
+async def test_a_host_killed_right_after_accepting_a_prompt_runs_the_turn_by_itself(runtime: Runtime) -> None:
+    from actors.bench.nested import Drip
+
+    session = runtime.session("killed-early", agent=Agent("dripper", "Drip.", Drip(seconds=0.2)))
+    await session.prompt("go")  # accepted: the input is in the log
+    ray.kill(await host_of(runtime, session.id), no_restart=False)
+
+    async def turn_ended() -> list[str]:
+        # Only the store is read: no client call re-activates the session.
+        while True:
+            log = await runtime.store.read(session.id)
+            if any(e.type == ai.TURN_FINISHED for e in log):
+                return [e.type for e in log]
+            await asyncio.sleep(0.05)
+
+    types = await asyncio.wait_for(turn_ended(), TIMEOUT)
+    assert ai.STREAM in types
+
+
 # -- deactivation ----------------------------------------------------------------------------------------------
 
 

@@ -478,7 +478,6 @@ def test_ray_temp_dir_stays_short(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert ray_temp_dir(deep) == ((tmp_path / "ray").resolve(), False)
 
 
-@pytest.mark.slow  # ~13 s: the bench builds a 10,000-message conversation through the reducer first
 def test_bench_reducer(tmp_path: Path) -> None:
     out = tmp_path / "reducer.json"
     result = invoke("bench", "reducer", "--deltas", "2000", "--repeats", "1", "--json", str(out))

@@ -1,0 +1,262 @@
+"""``troupe bench actors``: sub-agents across Ray actors, and recovery from a killed host.
+
+Three figures, each end to end on a local Ray with a SQLite store:
+
+- **Nested parts/s.** A parent session delegates to a child placed on *another* host actor; the
+  child's model streams ``parts`` text parts of 4 characters as fast as it can. The rate is
+  ``parts`` over the time from the child's step starting (its log) to the parent having
+  committed the last nested part (the parent's log): generation, the child's fold and log, the
+  batches across actors, and the parent's fold and log, all included.
+- **First nested part.** From the parent's delegate call starting (its ``ai.tool.started``) to
+  the parent committing the first part the child's model streamed: the child's activation on
+  its host, its first write, the batch to the parent and the parent's write. Pooled (hosts
+  shared) and dedicated (an actor per session, from a warm pool); the first trial of each is
+  reported apart as ``cold`` (it loads the agent on the host).
+- **Recovery.** A session streams a part every 5 ms; its host actor is killed (``ray.kill``,
+  Ray restarts it). The time from the kill to the first stream part of the restarted step
+  being committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import ray
+
+from actors.router import rendezvous
+from actors.runtime import Runtime
+from orchestrator import builtin as ai
+from orchestrator.agent import Agent
+from orchestrator.events import Event
+from orchestrator.fold import fold_events
+from orchestrator.models.base import CancelSignal, ModelRequest
+from orchestrator.models.scripted import ScriptedModel
+from orchestrator.parts import ToolPart
+from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
+
+__all__ = ["bench_actors", "format_actors"]
+
+CALL = "d1"
+"""The delegate call's id in every parent session (so the child's id is known in advance)."""
+
+
+class Burst:
+    """Streams ``parts`` text parts as fast as possible (yielding to the loop now and then)."""
+
+    name = "burst"
+
+    def __init__(self, parts: int) -> None:
+        self.parts = parts
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        delta = TextDelta("A000")
+        for i in range(self.parts):
+            yield delta
+            if i % 256 == 255:
+                await asyncio.sleep(0)
+        yield StepFinish(None, "stop")
+
+
+class Drip:
+    """Streams a part every ``every`` seconds for ``seconds`` (a long generation to interrupt)."""
+
+    name = "drip"
+
+    def __init__(self, every: float = 0.005, seconds: float = 20.0) -> None:
+        self.every = every
+        self.seconds = seconds
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        for _ in range(int(self.seconds / self.every)):
+            yield TextDelta("tick ")
+            await asyncio.sleep(self.every)
+        yield StepFinish(None, "stop")
+
+
+def _parent(child: Agent) -> Agent:
+    return Agent(
+        "parent",
+        "Delegate.",
+        ScriptedModel(
+            [[{"tool": f"delegate_to_{child.name}", "input": {"task": "go"}, "id": CALL}], [{"text": "ok"}]],
+            per_turn=True,
+        ),
+        agents=[child],
+    )
+
+
+def _apart(hosts: list[str], prefix: str) -> str:
+    """A session id whose child (``<id>/d1``) lands on another host than the session itself."""
+    for i in range(10_000):
+        candidate = f"{prefix}-{i}"
+        if len(hosts) < 2 or rendezvous(candidate, hosts) != rendezvous(f"{candidate}/{CALL}", hosts):
+            return candidate
+    raise RuntimeError("no session id puts its child on another host")
+
+
+def _delegate(log: list[Event]) -> ToolPart | None:
+    state = fold_events(log)
+    return next((p for m in state.messages for p in m.parts if isinstance(p, ToolPart) and p.id == CALL), None)
+
+
+async def _nested_rate(rt: Runtime, parts: int) -> dict[str, Any]:
+    agent = _parent(Agent("child", "Stream.", Burst(parts)))
+    session_id = _apart(rt.host_names, f"rate-{uuid.uuid4().hex[:6]}")
+    turn = await rt.session(session_id, agent=agent).prompt("go")
+    result = await asyncio.wait_for(turn.finished, 600)
+    assert result.success, result
+    parent_log = await rt.store.read(session_id)
+    child_log = await rt.store.read(f"{session_id}/{CALL}")
+    start = next(e.at for e in child_log if e.type == ai.STEP_STARTED)
+    nested = [e for e in parent_log if e.type == ai.NESTED]
+    end = nested[-1].at
+    delegate = _delegate(parent_log)
+    text = delegate.agent.messages[-1].text if delegate is not None and delegate.agent is not None else ""
+    if text != "A000" * parts:
+        raise AssertionError(f"the parent's nested copy holds {len(text) // 4} of {parts} parts")
+    return {
+        "parts": parts,
+        "seconds": round(end - start, 4),
+        "parts_per_s": round(parts / (end - start)),
+        "nested_writes": len(nested),
+    }
+
+
+async def _first_part_ms(rt: Runtime, agent: Agent, prefix: str) -> float:
+    hosts = rt.host_names
+    session_id = _apart(hosts, f"{prefix}-{uuid.uuid4().hex[:6]}") if hosts else f"{prefix}-{uuid.uuid4().hex[:6]}"
+    turn = await rt.session(session_id, agent=agent).prompt("go")
+    result = await asyncio.wait_for(turn.finished, 120)
+    assert result.success, result
+    log = await rt.store.read(session_id)
+    started = next(e.at for e in log if e.type == ai.TOOL_STARTED and e.payload.get("callId") == CALL)
+    for i, event in enumerate(log):
+        if event.type != ai.NESTED:
+            continue
+        delegate = _delegate(log[: i + 1])
+        if delegate is not None and delegate.agent is not None and delegate.agent.messages[-1].text:
+            return (event.at - started) * 1000
+    raise AssertionError("the child's first part never reached the parent")
+
+
+async def _first_parts(rt: Runtime, trials: int, prefix: str, pause: float = 0.0) -> dict[str, Any]:
+    agent = _parent(Agent("child", "Say hello.", ScriptedModel([[{"text": "hello"}]], per_turn=True)))
+    cold = await _first_part_ms(rt, agent, prefix)
+    warm = []
+    for _ in range(trials):
+        await asyncio.sleep(pause)  # dedicated: let the warm pool refill, as it would between calls
+        warm.append(await _first_part_ms(rt, agent, prefix))
+    return {
+        "cold_ms": round(cold, 2),
+        "p50_ms": round(statistics.median(warm), 2),
+        "max_ms": round(max(warm), 2),
+        "trials": trials,
+    }
+
+
+async def _recovery_s(rt: Runtime) -> float:
+    session_id = f"recover-{uuid.uuid4().hex[:6]}"
+    session = rt.session(session_id, agent=Agent("dripper", "Drip.", Drip()))
+    await session.prompt("go")
+
+    async def streaming(after_step: str | None) -> tuple[str, float]:
+        """The running step and when its first part was committed (a step other than ``after_step``)."""
+        while True:
+            log = await rt.store.read(session_id)
+            steps = [e.payload["stepId"] for e in log if e.type == ai.STEP_STARTED]
+            step = steps[-1] if steps and steps[-1] != after_step else None
+            first = next((e.at for e in log if e.type == ai.STREAM and e.payload.get("stepId") == step), None)
+            if step is not None and first is not None:
+                return str(step), first
+            await asyncio.sleep(0.005)
+
+    step, _ = await asyncio.wait_for(streaming(None), 60)
+    host = rt.router.host(await rt.router.place(session_id))
+    killed = time.time()
+    ray.kill(host, no_restart=False)  # Ray restarts the actor; it re-activates its sessions
+    _, resumed = await asyncio.wait_for(streaming(step), 60)
+    await session.stop()
+    return resumed - killed
+
+
+async def bench_actors(
+    *, parts: int = 200_000, trials: int = 10, recoveries: int = 3, workdir: str | None = None
+) -> dict[str, Any]:
+    """Run the three measurements (see the module docstring) and return their figures."""
+    scratch = workdir or tempfile.mkdtemp(prefix="troupe-bench-actors-")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=False,
+            _temp_dir=tempfile.mkdtemp(prefix="troupe-ray-"),
+            namespace="troupe-bench",
+        )
+    try:
+        store = f"sqlite:///{scratch}/actors.db"
+        pooled = Runtime(store=store, namespace=f"bench-p-{uuid.uuid4().hex[:6]}", hosts_per_node=2)
+        await pooled.start()
+        try:
+            rate = await _nested_rate(pooled, parts)
+            first_pooled = await _first_parts(pooled, trials, "first")
+            recovery = [await _recovery_s(pooled) for _ in range(recoveries)]
+        finally:
+            await pooled.close()
+        dedicated = Runtime(store=store, namespace=f"bench-d-{uuid.uuid4().hex[:6]}", placement="dedicated")
+        await dedicated.start()
+        try:
+            first_dedicated = await _first_parts(dedicated, trials, "dedicated", pause=1.0)
+        finally:
+            await dedicated.close()
+    finally:
+        if started:
+            ray.shutdown()
+    return {
+        "nested": rate,
+        "first_nested_part": {"pooled": first_pooled, "dedicated": first_dedicated},
+        "recovery": {
+            "p50_s": round(statistics.median(recovery), 3),
+            "max_s": round(max(recovery), 3),
+            "runs": [round(r, 3) for r in recovery],
+        },
+        "targets": {"nested_parts_per_s": 100_000, "first_nested_part_pooled_ms": 20, "recovery_s": 2},
+    }
+
+
+def format_actors(result: dict[str, Any]) -> str:
+    """The figures as a short plain-text report, each against its target."""
+    nested = result["nested"]
+    first = result["first_nested_part"]
+    recovery = result["recovery"]
+    targets = result["targets"]
+
+    def mark(ok: bool) -> str:
+        return "ok" if ok else "MISSED"
+
+    rate, least = nested["parts_per_s"], targets["nested_parts_per_s"]
+    lines = [
+        f"nested parts/s (child -> parent, across actors): {rate:,} "
+        f"({nested['parts']:,} parts in {nested['seconds']:.3f} s, {nested['nested_writes']} parent writes)"
+        f"  target >= {least:,}  {mark(rate >= least)}",
+    ]
+    for name in ("pooled", "dedicated"):
+        row = first[name]
+        line = (
+            f"first nested part, {name:<9}: p50 {row['p50_ms']:.1f} ms, max {row['max_ms']:.1f} ms, "
+            f"cold {row['cold_ms']:.1f} ms ({row['trials']} trials)"
+        )
+        if name == "pooled":
+            line += f"  target <= {targets['first_nested_part_pooled_ms']} ms  "
+            line += mark(row["p50_ms"] <= targets["first_nested_part_pooled_ms"])
+        lines.append(line)
+    lines.append(
+        f"recovery (host killed -> streaming again): p50 {recovery['p50_s']:.2f} s, max {recovery['max_s']:.2f} s"
+        f"  target <= {targets['recovery_s']} s  {mark(recovery['max_s'] <= targets['recovery_s'])}"
+    )
+    return "\n".join(lines)

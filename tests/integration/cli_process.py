@@ -1,0 +1,26 @@
+"""Run the ``troupe`` CLI as a user does: a separate process, with a Ray of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def troupe(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """``python -m orchestrator.cli ARGS`` in ``cwd`` (keep it short: Ray's socket paths live under it)."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)  # start a Ray of its own, never join the test session's
+    env.pop("TROUPE_RAY_TEMP_DIR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

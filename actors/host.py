@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -45,6 +44,9 @@ __all__ = ["HostOptions", "SessionHost", "SessionMoved"]
 
 log = structlog.get_logger()
 
+REPORT_EVERY = 0.1
+"""Seconds between two reports of a host's active sessions to the supervisor (a burst is one report)."""
+
 
 class SessionMoved(TroupeError):
     """A dedicated host was asked about a session it does not own (any more): ask where it is."""
@@ -63,11 +65,17 @@ class HostOptions:
     idle_timeout: float = 300.0
     """Seconds of quiet before a session deactivates."""
     flush_interval: float = 0.004
-    """Seconds a stream part may wait before its batch is written."""
+    """Seconds a step's first stream part may wait before its batch is written."""
+    flush_every: float = 0.02
+    """Seconds between the later stream batches of a step."""
     flush_parts: int = 256
     """Parts that force a flush."""
+    nested_delay: float = 0.01
+    """Seconds a sub-agent's batch may wait for others to share the parent's write."""
     poll_linger: float = 0.002
     """How long a long poll lingers after the first mutation, to gather a burst."""
+    sqlite_writer: str = "thread"
+    """How a host writes a SQLite store: ``thread`` (a writer thread) or ``inline`` (on its loop)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Options for tests (e.g. the host list in pooled mode)."""
 
@@ -78,6 +86,11 @@ class _Hosted:
     agent_key: str
     last_state: AIState
     idle: asyncio.TimerHandle | None = None
+    """The one idle check scheduled for the session (activity only moves ``active_at``)."""
+    active_at: float = 0.0
+    """When the session last did something (the loop's clock)."""
+    idle_after: float = 0.0
+    """Seconds of quiet after ``active_at`` before it deactivates."""
     busy: int = 0
 
 
@@ -87,9 +100,9 @@ class SessionHost:
     def __init__(self, name: str, options: HostOptions) -> None:
         self.name = name
         self.options = options
-        self.store = open_store(_inline(options.store))
+        self.store = open_store(_with_writer(options.store, options.sqlite_writer))
         self.registry = AgentRegistry(self.store)
-        self.hub = MutationHub(linger=float(os.environ.get("TROUPE_POLL_LINGER", options.poll_linger)))
+        self.hub = MutationHub(linger=options.poll_linger)
         self.hosted: dict[str, _Hosted] = {}
         self._opening: dict[str, asyncio.Future[_Hosted]] = {}
         self.router = Router(
@@ -107,10 +120,10 @@ class SessionHost:
         self._directory_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._closing = False
         self._directory_task: asyncio.Task[None] | None = None
+        self._report_task: asyncio.Task[None] | None = None
+        self._reports = 0
         self.started = time.time()
         self.log = log.bind(host=name)
-        if options.extra.get("switch_interval"):
-            sys.setswitchinterval(float(options.extra["switch_interval"]))
         self._boot: asyncio.Task[list[str]] | None = None
         with contextlib.suppress(RuntimeError):  # no running loop: a plain (test) instance
             # After a crash Ray re-runs __init__: re-activate what this host had, at once.
@@ -165,7 +178,10 @@ class SessionHost:
                 session_id,
                 agent,
                 children=self._children(agent_key),
+                flush_interval=self.options.flush_interval,
+                flush_every=self.options.flush_every,
                 flush_parts=self.options.flush_parts,
+                nested_delay=self.options.nested_delay,
                 start=False,
             )
             hosted = _Hosted(runner, agent_key, runner.state)
@@ -173,7 +189,7 @@ class SessionHost:
             self.hosted[session_id] = hosted
             # In the directory before any work is accepted: a restart of this host then knows to
             # re-activate the session (and its unfinished turn) without waiting for a client.
-            await self._directory_durable(self._mark_directory())
+            await self._directory_durable(self._mark_directory(session_id))
             await runner.start()
             self._touch(session_id)
             future.set_result(hosted)
@@ -205,22 +221,38 @@ class SessionHost:
         return listen
 
     def _touch(self, session_id: str, delay: float | None = None) -> None:
+        """The session did something: it deactivates after ``delay`` (default: the idle timeout) of quiet.
+
+        Called on every write, so it only records the time; the one scheduled check moves itself.
+        """
         hosted = self.hosted.get(session_id)
         if hosted is None:
             return
-        if hosted.idle is not None:
-            hosted.idle.cancel()
         loop = asyncio.get_running_loop()
         wait = self.options.idle_timeout if delay is None else delay
+        hosted.active_at = loop.time()
+        if hosted.idle is not None and wait >= hosted.idle_after:
+            hosted.idle_after = wait
+            return
+        if hosted.idle is not None:
+            hosted.idle.cancel()  # a shorter wait than the one scheduled
+        hosted.idle_after = wait
         hosted.idle = loop.call_later(wait, self._maybe_deactivate, session_id)
 
     def _maybe_deactivate(self, session_id: str) -> None:
         hosted = self.hosted.get(session_id)
         if hosted is None:
             return
+        loop = asyncio.get_running_loop()
+        remaining = hosted.active_at + hosted.idle_after - loop.time()
+        if remaining > 0:  # active since the check was scheduled
+            hosted.idle = loop.call_later(remaining, self._maybe_deactivate, session_id)
+            return
         if not self._idle(hosted) or self.hub.interested(session_id):
+            hosted.idle = None
             self._touch(session_id)
             return
+        hosted.idle = None
         self._tasks.add(asyncio.ensure_future(self.deactivate(session_id)))
 
     @staticmethod
@@ -237,13 +269,14 @@ class SessionHost:
         if hosted.idle is not None:
             hosted.idle.cancel()
         log_ = hosted.runner.log
-        if log_.index - log_._snapshot_index >= log_.snapshot_every // 4:
-            # Only a long log is worth a snapshot: a short one replays faster than it stores.
+        if log_.index - log_._snapshot_index >= log_.snapshot_every // 2:
+            # Only a long tail is worth a snapshot: up to 128 events replay in a few milliseconds,
+            # and a snapshot costs several KB of store (about a third of a short session).
             with contextlib.suppress(Exception):
                 await log_.save_snapshot()
         await hosted.runner.close()
         self.hub.forget(session_id)
-        self._mark_directory()
+        self._mark_directory(session_id)
         if self.options.placement == "dedicated":
             # The process goes back to the warm pool for the next session.
             self.adopted.discard(session_id)
@@ -262,10 +295,18 @@ class SessionHost:
 
     # -- the directory this host keeps in the store (for its own restart) --------------------------
 
-    def _mark_directory(self) -> int:
-        """Note a change to the hosted sessions; returns its generation (see ``_directory_durable``)."""
+    def _mark_directory(self, session_id: str) -> int:
+        """Note that ``session_id`` was activated or deactivated; returns the change's generation.
+
+        Only top-level sessions are kept in the store's directory: a sub-agent session is
+        re-attached by its parent's recovery (its delegate call runs again), never on its own.
+        Every change is reported to the supervisor (at most every ``REPORT_EVERY`` seconds).
+        """
         if self.options.extra.get("local"):
             return 0  # an in-process host never restarts: it needs no directory in the store
+        self._report_soon()
+        if "/" in session_id:
+            return self._directory_saved
         self._directory_marked += 1
         if self._directory_task is None or self._directory_task.done():
             self._directory_task = asyncio.ensure_future(self._save_directory())
@@ -283,7 +324,7 @@ class SessionHost:
         # Changes made while a save is in flight go out together in the next one.
         while self._directory_saved < self._directory_marked:
             generation = self._directory_marked
-            entries = {sid: h.agent_key for sid, h in self.hosted.items()}
+            entries = {sid: h.agent_key for sid, h in self.hosted.items() if "/" not in sid}
             failure: BaseException | None = None
             try:
                 await self.store.save_snapshot(f"troupe:host:{self.name}", "directory", 0, pack(entries))
@@ -303,9 +344,20 @@ class SessionHost:
             if failure is not None:
                 self.log.error("directory_save_failed", error=str(failure))
                 return
-            if not self._closing:
-                with contextlib.suppress(Exception):
-                    await self.router.report(self.name, entries)
+
+    def _report_soon(self) -> None:
+        if self._report_task is None or self._report_task.done():
+            self._report_task = asyncio.ensure_future(self._report())
+
+    async def _report(self) -> None:
+        """Tell the supervisor which sessions are active here (one report per burst of changes)."""
+        await asyncio.sleep(REPORT_EVERY)
+        if self._closing:
+            return
+        self._reports += 1
+        entries = {sid: h.agent_key for sid, h in self.hosted.items()}
+        with contextlib.suppress(Exception):
+            await self.router.report(self.name, entries, (self.started, self._reports))
 
     async def recover(self) -> list[str]:
         """Re-activate the sessions this host had before it restarted (they recover their work)."""
@@ -517,9 +569,8 @@ class SessionHost:
         await self.store.close()
 
 
-def _inline(url: str) -> str:
-    """The writer a host's SQLite store uses (``TROUPE_SQLITE_WRITER``: thread or inline)."""
-    writer = os.environ.get("TROUPE_SQLITE_WRITER", "thread")
+def _with_writer(url: str, writer: str) -> str:
+    """The store URL with the host's SQLite writer (``thread`` is the store's own default)."""
     if url.startswith("sqlite:") and "?" not in url and writer != "thread":
         return f"{url}?writer={writer}"
     return url

@@ -21,14 +21,22 @@ __all__ = ["MutationHub"]
 Mutation = dict[str, Any]
 
 
-@dataclass
+_WINDOW = 5.0
+"""Seconds of one window of poll cursors (see ``MutationHub._prune``)."""
+
+
+@dataclass(slots=True)
 class _Channel:
     ring: deque[tuple[int, list[Mutation]]] = field(default_factory=deque)
     interest_until: float = 0.0
     last_index: int = 0
     dropped_before: int = 0
-    polls: dict[int, float] = field(default_factory=dict)
-    """Recent poll cursors and when they were seen: what every recent poller has already got."""
+    window_start: float = 0.0
+    """When the current window of polls began (windows are ``_WINDOW`` seconds)."""
+    window_floor: int | None = None
+    """The lowest cursor polled in the current window."""
+    previous_floor: int | None = None
+    """The lowest cursor polled in the window before it."""
 
 
 class MutationHub:
@@ -116,19 +124,21 @@ class MutationHub:
             self._prune(channel, after, now)
 
     def _prune(self, channel: _Channel, after: int, now: float) -> None:
-        """Drop ring entries every recent poller has already received (memory stays small)."""
-        polls = channel.polls
-        polls[after] = now
-        if len(polls) > 8:
-            stale = now - self.interest_seconds
-            for cursor in [c for c, seen in polls.items() if seen < stale]:
-                del polls[cursor]
-        # Only the lowest cursor seen lately is still needed; older ones were superseded by the
-        # same poller's next poll once it is more than a few seconds old.
-        recent = now - 5.0
-        for cursor in [c for c, seen in polls.items() if seen < recent and c < after]:
-            del polls[cursor]
-        floor = min(polls)
+        """Drop ring entries every recent poller has already received (memory stays small).
+
+        Constant time per poll: the lowest cursor of this window and of the one before it bound
+        what is kept, so a poller that polled within the last ``_WINDOW`` seconds misses
+        nothing. One quiet for longer may find its entries gone and gets a reset (re-snapshot).
+        """
+        if now - channel.window_start >= _WINDOW:
+            channel.previous_floor = channel.window_floor
+            channel.window_floor = None
+            channel.window_start = now
+        if channel.window_floor is None or after < channel.window_floor:
+            channel.window_floor = after
+        floor = channel.window_floor
+        if channel.previous_floor is not None and channel.previous_floor < floor:
+            floor = channel.previous_floor
         ring = channel.ring
         while ring and ring[0][0] <= floor:
             ring.popleft()

@@ -84,9 +84,12 @@ class Router:
         """Drop a cached placement (the session moved or its host is gone)."""
         self._placed.pop(session_id, None)
 
-    async def report(self, host: str, entries: dict[str, str]) -> None:
-        """Tell the supervisor which sessions a host has active (fire and forget)."""
-        self.supervisor.report.remote(host, entries)
+    async def report(self, host: str, entries: dict[str, str], version: tuple[float, int]) -> None:
+        """Tell the supervisor which sessions a host has active (fire and forget).
+
+        ``version`` (the host's start time, a counter) orders reports that arrive out of order.
+        """
+        self.supervisor.report.remote(host, entries, version)
 
     async def wait_ready(self, name: str, *, attempts: int = 400, delay: float = 0.05) -> None:
         """Wait until host ``name`` answers (it may be restarting, or being moved to a live node)."""

@@ -69,10 +69,12 @@ class Runtime(BaseRuntime):
         hosts_per_node: int | None = None,
         idle_timeout: float = 300.0,
         flush_interval: float = 0.004,
+        flush_every: float = 0.02,
         flush_parts: int = 256,
-        children: Literal["spread", "local"] = "spread",
+        nested_delay: float = 0.01,
+        children: Literal["spread", "local"] = "local",
         warm: int = 2,
-        switch_interval: float | None = None,
+        sqlite_writer: Literal["thread", "inline"] = "thread",
         ray_options: dict[str, Any] | None = None,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
@@ -84,10 +86,16 @@ class Runtime(BaseRuntime):
         self.hosts_per_node = hosts_per_node
         self.idle_timeout = idle_timeout
         self.flush_interval = flush_interval
+        self.flush_every = flush_every
         self.flush_parts = flush_parts
+        self.nested_delay = nested_delay
+        if children not in ("spread", "local"):
+            raise UsageError(f"children must be 'local' or 'spread', not {children!r}")
         self.children = children
         self.warm = warm
-        self.switch_interval = switch_interval
+        if sqlite_writer not in ("thread", "inline"):
+            raise UsageError(f"sqlite_writer must be 'thread' or 'inline', not {sqlite_writer!r}")
+        self.sqlite_writer = sqlite_writer
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.host_names: list[str] = []
@@ -125,8 +133,11 @@ class Runtime(BaseRuntime):
             placement=self.placement,
             idle_timeout=self.idle_timeout,
             flush_interval=self.flush_interval,
+            flush_every=self.flush_every,
             flush_parts=self.flush_parts,
-            extra={"hosts": self.host_names, "children": self.children, "switch_interval": self.switch_interval},
+            nested_delay=self.nested_delay,
+            sqlite_writer=self.sqlite_writer,
+            extra={"hosts": self.host_names, "children": self.children},
         )
         self.router = Router(self.namespace, self.host_names, self.placement, children=self.children)
         handles = []

@@ -62,6 +62,7 @@ class Supervisor:
         self.router = Router(namespace, hosts, placement)
         self.directory: dict[str, dict[str, Any]] = {}
         self.by_host: dict[str, set[str]] = {}
+        self._versions: dict[str, tuple[float, int]] = {}
         self.recoveries: list[dict[str, Any]] = []
         self._watching: dict[str, asyncio.Task[None]] = {}
         self._pool: list[str] = []
@@ -186,13 +187,19 @@ class Supervisor:
         for name in self.hosts + list(self._assigned.values()):
             with contextlib.suppress(*_ACTOR_ERRORS, ValueError, TimeoutError):
                 entries = await asyncio.wait_for(self.router.host(name).sessions.remote(), 5.0)
-                await self.report(name, entries)
+                self._replace(name, entries)
         return len(self.directory)
 
     # -- the directory ---------------------------------------------------------------------------------
 
-    async def report(self, host: str, entries: dict[str, str]) -> None:
-        """A host's current active sessions (replaces what it reported before)."""
+    async def report(self, host: str, entries: dict[str, str], version: tuple[float, int] = (0.0, 0)) -> None:
+        """A host's current active sessions (replaces what it reported before, unless older)."""
+        if tuple(version) <= self._versions.get(host, (-1.0, -1)):
+            return  # a late report: a newer one already arrived
+        self._versions[host] = tuple(version)  # type: ignore[assignment]
+        self._replace(host, entries)
+
+    def _replace(self, host: str, entries: dict[str, str]) -> None:
         previous = self.by_host.get(host, set())
         current = set(entries)
         for session_id in previous - current:

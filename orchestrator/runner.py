@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
@@ -93,8 +92,8 @@ class SessionRunner:
         *,
         children: Children | None = None,
         clock: Callable[[], float] = time.time,
-        flush_interval: float = float(os.environ.get("TROUPE_FLUSH_FIRST", "0.004")),
-        flush_every: float = float(os.environ.get("TROUPE_FLUSH_EVERY", "0.02")),
+        flush_interval: float = 0.004,
+        flush_every: float = 0.02,
         flush_parts: int = 256,
         nested_delay: float = 0.01,
     ) -> None:

@@ -61,6 +61,7 @@ __all__ = [
     "part_from_wire",
     "part_to_wire",
     "part_to_wire_message",
+    "run_from_wire",
     "run_status_to_wire",
     "state_to_wire",
     "unpack",
@@ -320,7 +321,7 @@ def part_from_wire(obj: Mapping[str, Any]) -> AgentStreamPart:
     """A stream part from trusted wire data (the store): no per-field checks."""
     tag = obj["type"]
     if tag == "nested-run":
-        return parse_part(obj)
+        return RunSnapshot(run_from_wire(obj["run"]))
     cls, fields = _STREAM[tag]
     part: AgentStreamPart = cls(**{f.attr: obj[f.wire] for f in fields if f.wire in obj})
     return part
@@ -522,6 +523,16 @@ def message_from_wire(obj: Mapping[str, Any]) -> AgentMessage:
     )
 
 
+def run_from_wire(obj: Mapping[str, Any]) -> NestedRun:
+    """A sub-agent's run from trusted wire data (a nested snapshot, a tool part's ``agent``)."""
+    error = obj.get("error")
+    return NestedRun(
+        PVec([message_from_wire(m) for m in obj.get("messages", ())]),
+        obj.get("status", "streaming"),
+        None if error is None else SessionError(error["message"], error.get("code")),
+    )
+
+
 def message_part_from_wire(obj: Mapping[str, Any]) -> MessagePart:
     """A message part from trusted wire data."""
     tag = obj["type"]
@@ -529,14 +540,7 @@ def message_part_from_wire(obj: Mapping[str, Any]) -> MessagePart:
         return TextPart(obj["id"], obj["text"])
     if tag == "tool":
         agent = obj.get("agent")
-        nested = None
-        if agent is not None:
-            error = agent.get("error")
-            nested = NestedRun(
-                PVec([message_from_wire(m) for m in agent.get("messages", ())]),
-                agent.get("status", "streaming"),
-                None if error is None else SessionError(error["message"], error.get("code")),
-            )
+        nested = None if agent is None else run_from_wire(agent)
         return ToolPart(
             obj["id"],
             obj["name"],

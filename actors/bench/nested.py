@@ -200,7 +200,8 @@ async def bench_actors(
         )
     try:
         store = f"sqlite:///{scratch}/actors.db"
-        pooled = Runtime(store=store, namespace=f"bench-p-{uuid.uuid4().hex[:6]}", hosts_per_node=2)
+        # Sub-agents spread over the hosts: the child runs in another actor than its parent.
+        pooled = Runtime(store=store, namespace=f"bench-p-{uuid.uuid4().hex[:6]}", hosts_per_node=2, children="spread")
         await pooled.start()
         try:
             rate = await _nested_rate(pooled, parts)

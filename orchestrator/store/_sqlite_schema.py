@@ -1,6 +1,6 @@
 """The SQLite file layout, and how every connection to it is opened.
 
-Layout (``PRAGMA user_version = 1``), chosen for a small file:
+Layout (``PRAGMA user_version = 2``), chosen for a small file:
 
 - ``sessions(sid, session_id, last_index, created_at, updated_at)``: one row per session. The
   session id text is stored once (plus its unique index); events refer to the session by the
@@ -17,10 +17,11 @@ Layout (``PRAGMA user_version = 1``), chosen for a small file:
   needs no session row.
 
 ``payload`` is msgpack, deflated when large (see ``_codec``). An event's session id and index
-live in ``sid``/``idx`` only, never inside the payload. The one deliberate duplicate is the
-event id, in the table and in its unique index (~2.5 KB of a 3-turn session's ~11 KB, measured
-by ``orchestrator.bench.store``): indexing a hash instead would save it, but uniqueness would
-then rest on every writer's code rather than on the database.
+live in ``sid``/``idx`` only, never inside the payload. The event id is stored, and indexed for
+uniqueness across the store, except the id Troupe derives from the position itself
+(``troupe:<session>#<index>``, most of a session's events): that one is ``NULL`` and rebuilt on
+read, which saves about a fifth of a session's bytes. Version 1 files (``event_id NOT NULL``)
+stay readable and writable; they store every id.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from typing import Final
 
 from orchestrator.errors import StoreError
 
-__all__ = ["SCHEMA_VERSION", "connect_reader", "connect_writer"]
+__all__ = ["SCHEMA_VERSION", "connect_reader", "connect_writer", "stores_derived_ids"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _BUSY: Final = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 _SCHEMA: Final = (
@@ -48,7 +49,7 @@ _SCHEMA: Final = (
         seq INTEGER PRIMARY KEY,
         sid INTEGER NOT NULL,
         idx INTEGER NOT NULL,
-        event_id TEXT NOT NULL,
+        event_id TEXT,
         type TEXT NOT NULL,
         at REAL NOT NULL,
         payload BLOB NOT NULL
@@ -94,6 +95,14 @@ def connect_writer(path: str, *, busy_timeout: float) -> sqlite3.Connection:
     return conn
 
 
+def stores_derived_ids(conn: sqlite3.Connection) -> bool:
+    """Whether the file stores derived event ids as ``NULL`` (version 2 layout)."""
+    for _, name, _, notnull, _, _ in conn.execute("PRAGMA table_info(events)").fetchall():
+        if name == "event_id":
+            return not notnull
+    return False
+
+
 def connect_reader(path: str, *, busy_timeout: float) -> sqlite3.Connection:
     """Open a read connection (used from one thread at a time; never writes)."""
     conn = _connect(path, busy_timeout)
@@ -137,7 +146,8 @@ def _ensure_schema(conn: sqlite3.Connection, path: str) -> None:
             )
         for statement in _SCHEMA:
             conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if version == 0:  # a new file; an older one keeps its version (and its layout)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

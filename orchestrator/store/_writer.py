@@ -16,7 +16,6 @@ with "database is locked" when a read transaction tries to become a write one.
 from __future__ import annotations
 
 import asyncio
-import os
 import queue
 import sqlite3
 import threading
@@ -30,6 +29,9 @@ from orchestrator.errors import StoreError, TroupeError
 __all__ = ["GroupCommitWriter", "InlineGroupWriter"]
 
 T = TypeVar("T")
+
+_INLINE_WINDOW: Final = 0.002
+"""Seconds the inline writer waits to gather the appends of many sessions into one transaction."""
 
 _MAX_GROUP: Final = 4096
 """Most jobs in one transaction: bounds a transaction's size and the latency of its first job."""
@@ -230,7 +232,7 @@ class InlineGroupWriter(GroupCommitWriter):
         self._pending: list[_Job] = []
         self._scheduled = False
         self.commits = 0
-        self.window = float(os.environ.get("TROUPE_COMMIT_WINDOW", "0.002"))
+        self.window = _INLINE_WINDOW
 
     def _connection(self) -> sqlite3.Connection:
         with self._lock:

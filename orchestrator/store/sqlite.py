@@ -24,10 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
 
 from orchestrator.errors import StoreError, UsageError
-from orchestrator.events import AppendResult, Event
+from orchestrator.events import RESERVED_ID_PREFIX, AppendResult, Event
 from orchestrator.store._codec import compress, decode
 from orchestrator.store._rules import StoredEvent, conflict, replay_result
-from orchestrator.store._sqlite_schema import connect_reader, connect_writer
+from orchestrator.store._sqlite_schema import connect_reader, connect_writer, stores_derived_ids
 from orchestrator.store._validate import (
     PreparedBatch,
     check_after,
@@ -44,7 +44,7 @@ from orchestrator.store.base import AppendBatch, SessionSummary, Snapshot
 __all__ = ["SqliteStore"]
 
 T = TypeVar("T")
-_Row = tuple[int, int, str, str, float, bytes]
+_Row = tuple[int, int, str | None, str, float, bytes]
 
 _INSERT_EVENT: Final = "INSERT INTO events (sid, idx, event_id, type, at, payload) VALUES (?, ?, ?, ?, ?, ?)"
 _SELECT_EVENTS: Final = (
@@ -100,6 +100,7 @@ class SqliteStore:
         self._busy_timeout = busy_timeout
         self._clock = clock
         self._after_row = _after_row
+        self._derive: bool | None = None  # whether the file stores derived ids as NULL (writer thread)
         self._rows_inserted = 0
         self._closed = False
         # The writer must not hold the store (a bound method would): then a store dropped without
@@ -217,10 +218,15 @@ class SqliteStore:
             )
             assert cursor.lastrowid is not None
             sid = cursor.lastrowid
+        derive = self._derives(conn)
+        if derive and _moved_derived_ids(conn, sid, last, batch):
+            replay = replay_result(batch, _stored(conn, batch))
+            if replay is not None:
+                return replay
         # The common case is a new batch: insert optimistically and let the unique index on
         # event_id detect reuse, rather than looking every id up first.
         try:
-            conn.executemany(_INSERT_EVENT, self._event_rows(sid, last, batch))
+            conn.executemany(_INSERT_EVENT, self._event_rows(sid, last, batch, derive))
         except sqlite3.IntegrityError:
             conn.execute("ROLLBACK TO batch")  # drop the rows inserted before the clash
             replay = replay_result(batch, _stored(conn, batch))
@@ -236,15 +242,26 @@ class SqliteStore:
         )
         return AppendResult(sid_text, last + 1, last + len(batch.events))
 
-    def _event_rows(self, sid: int, last: int, batch: PreparedBatch) -> Iterator[_Row]:
+    def _derives(self, conn: sqlite3.Connection) -> bool:
+        if self._derive is None:
+            self._derive = stores_derived_ids(conn)
+        return self._derive
+
+    def _event_rows(self, sid: int, last: int, batch: PreparedBatch, derive: bool) -> Iterator[_Row]:
         """The batch's rows for ``executemany``; ``_after_row`` runs as each row is inserted.
 
+        An id derived from its own position is stored as ``NULL`` (see ``_sqlite_schema``).
         Deflating here, on the writer thread, overlaps with the callers' work: zlib releases
         the GIL.
         """
         hook = self._after_row
+        derived = f"{RESERVED_ID_PREFIX}{batch.session_id}#" if derive else None
         for offset, event in enumerate(batch.events, start=1):
-            yield (sid, last + offset, event.id, event.type, event.at, compress(event.blob))
+            index = last + offset
+            event_id: str | None = event.id
+            if derived is not None and event.id == f"{derived}{index}":
+                event_id = None
+            yield (sid, index, event_id, event.type, event.at, compress(event.blob))
             # executemany asks for the next row only after it has inserted this one.
             self._rows_inserted += 1
             if hook is not None:
@@ -260,7 +277,11 @@ class SqliteStore:
 
         def select(conn: sqlite3.Connection) -> list[Event]:
             rows = conn.execute(_SELECT_EVENTS, (sid, start, -1 if count is None else count)).fetchall()
-            return [Event(event_id, kind, decode(blob), at, sid, idx) for idx, event_id, kind, at, blob in rows]
+            derived = f"{RESERVED_ID_PREFIX}{sid}#"
+            return [
+                Event(event_id or f"{derived}{idx}", kind, decode(blob), at, sid, idx)
+                for idx, event_id, kind, at, blob in rows
+            ]
 
         return await self._read(select)
 
@@ -372,10 +393,46 @@ def _open_writer(path: str, busy_timeout: float) -> sqlite3.Connection:
     return connect_writer(path, busy_timeout=busy_timeout)
 
 
+def _derived_index(event_id: str, session_id: str) -> int | None:
+    """The index a derived id (``troupe:<session>#<index>``) names, else ``None``."""
+    prefix = f"{RESERVED_ID_PREFIX}{session_id}#"
+    if event_id.startswith(prefix):
+        number = event_id[len(prefix) :]
+        if number.isdigit():
+            return int(number)
+    return None
+
+
+def _moved_derived_ids(conn: sqlite3.Connection, sid: int, last: int, batch: PreparedBatch) -> bool:
+    """Whether the batch carries a derived id for a position it will not land on, already stored.
+
+    Such an id is stored as ``NULL`` at its own position, where the unique index cannot see it.
+    """
+    for offset, event in enumerate(batch.events, start=1):
+        index = _derived_index(event.id, batch.session_id)
+        if index is not None and index != last + offset:
+            row = conn.execute("SELECT 1 FROM events WHERE sid = ? AND idx = ? AND event_id IS NULL", (sid, index))
+            if row.fetchone() is not None:
+                return True
+    return False
+
+
 def _stored(conn: sqlite3.Connection, batch: PreparedBatch) -> dict[str, StoredEvent]:
     """The stored events that share an id with the batch (few: only on the retry path)."""
-    ids = [event.id for event in batch.events]
     found: dict[str, StoredEvent] = {}
+    ids = []
+    for event in batch.events:
+        index = _derived_index(event.id, batch.session_id)
+        if index is not None:  # possibly stored as NULL at its own position
+            row = conn.execute(
+                "SELECT e.type, e.payload FROM events AS e JOIN sessions AS s ON s.sid = e.sid "
+                "WHERE s.session_id = ? AND e.idx = ? AND e.event_id IS NULL",
+                (batch.session_id, index),
+            ).fetchone()
+            if row is not None:
+                found[event.id] = StoredEvent(batch.session_id, index, row[0], row[1])
+                continue
+        ids.append(event.id)
     for start in range(0, len(ids), _IDS_PER_QUERY):
         chunk = ids[start : start + _IDS_PER_QUERY]
         rows = conn.execute(

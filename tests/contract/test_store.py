@@ -778,3 +778,63 @@ async def test_large_payloads_are_stored_deflated(sqlite_store: SqliteStore) -> 
 async def test_a_three_turn_session_takes_well_under_30_kb(tmp_path: Path) -> None:
     per_session = await measure_session_bytes(os.fspath(tmp_path / "size.db"), sessions=50)
     assert per_session < 20_000, per_session
+
+
+# -- derived ids (SQLite) ------------------------------------------------------------------------
+
+
+def derived(session: str, index: int) -> str:
+    return f"troupe:{session}#{index}"
+
+
+async def test_ids_derived_from_the_position_are_stored_as_null_and_read_back(sqlite_store: SqliteStore) -> None:
+    events = [ev("u-1"), ev(derived("s", 2)), ev(derived("s", 3)), ev(derived("s", 9))]
+    await sqlite_store.append("s", events, expected_index=0)
+
+    def stored_ids() -> list[str | None]:
+        with sqlite3.connect(sqlite_store.path) as conn:
+            return [row[0] for row in conn.execute("SELECT event_id FROM events ORDER BY idx")]
+
+    # Only the ids that match their own position are left out; #9 at index 4 is kept verbatim.
+    assert await asyncio.to_thread(stored_ids) == ["u-1", None, None, derived("s", 9)]
+    assert [e.id for e in await sqlite_store.read("s")] == [e.id for e in events]
+
+
+async def test_a_retried_batch_of_derived_ids_replays(sqlite_store: SqliteStore) -> None:
+    batch = [ev(derived("s", 1)), ev(derived("s", 2))]
+    first = await sqlite_store.append("s", batch, expected_index=0)
+    again = await sqlite_store.append("s", batch, expected_index=0)  # a retry after a lost reply
+    assert again.duplicate and (again.first_index, again.last_index) == (first.first_index, first.last_index)
+    with pytest.raises(PartialDuplicateBatch):  # the same ids with other content
+        await sqlite_store.append("s", [ev(derived("s", 1), payload={"other": 1})], expected_index=0)
+    # A derived id appended at another position cannot reuse one already stored as NULL.
+    with pytest.raises(PartialDuplicateBatch):
+        await sqlite_store.append("s", [ev(derived("s", 2), payload={"other": 2})])
+    assert len(await sqlite_store.read("s")) == 2
+
+
+async def test_a_version_1_file_keeps_storing_every_id(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as conn:  # the layout of schema version 1
+        conn.executescript(
+            """
+            CREATE TABLE sessions (sid INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE,
+                last_index INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
+            CREATE TABLE events (seq INTEGER PRIMARY KEY, sid INTEGER NOT NULL, idx INTEGER NOT NULL,
+                event_id TEXT NOT NULL, type TEXT NOT NULL, at REAL NOT NULL, payload BLOB NOT NULL);
+            CREATE UNIQUE INDEX events_by_position ON events (sid, idx);
+            CREATE UNIQUE INDEX events_by_id ON events (event_id);
+            CREATE TABLE snapshots (session_id TEXT NOT NULL, reducer TEXT NOT NULL, idx INTEGER NOT NULL,
+                data BLOB NOT NULL, UNIQUE (session_id, reducer));
+            PRAGMA user_version = 1;
+            """
+        )
+    store = SqliteStore(path)
+    try:
+        await store.append("s", [ev(derived("s", 1))], expected_index=0)
+        assert [e.id for e in await store.read("s")] == [derived("s", 1)]
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT event_id FROM events").fetchall() == [(derived("s", 1),)]
+        assert conn.execute("PRAGMA user_version").fetchone() == (1,)

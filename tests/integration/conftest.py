@@ -41,7 +41,8 @@ def store_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 async def runtime(store_url: str) -> AsyncIterator[Runtime]:
-    rt = Runtime(store=store_url, namespace=f"t-{uuid.uuid4().hex[:8]}", hosts_per_node=2)
+    # Sub-agents spread over the hosts: the cross-actor paths (batches, re-attach) are what is tested.
+    rt = Runtime(store=store_url, namespace=f"t-{uuid.uuid4().hex[:8]}", hosts_per_node=2, children="spread")
     await rt.start()
     try:
         yield rt

@@ -80,8 +80,11 @@ async def test_dedicated_placement_gives_every_session_its_own_actor(tmp_path: P
             assert_nested_two_levels((await s.state()).state.messages)
         owners = {s.id: await rt.router.place(s.id) for s in sessions}
         assert len(set(owners.values())) == 3  # one actor each
-        info = await rt.supervisor.info.remote()
-        assert info["placement"] == "dedicated" and info["pool"] >= 1  # the warm pool refills
+        deadline = time.monotonic() + TIMEOUT
+        while (info := await rt.supervisor.info.remote())["pool"] < 1:  # the warm pool refills
+            assert time.monotonic() < deadline, info
+            await asyncio.sleep(0.1)
+        assert info["placement"] == "dedicated"
         # A second turn on the same session goes to the same actor.
         again = await (await sessions[0].prompt("and again")).finished
         assert again.success and await rt.router.place(sessions[0].id) == owners[sessions[0].id]

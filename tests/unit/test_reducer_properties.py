@@ -118,3 +118,15 @@ def test_index_of_id_agrees_with_a_scan_across_diverging_versions(ops: list[tupl
         for key in {i.id for i in items} | {"absent"}:
             expected = next((i for i in range(len(items) - 1, -1, -1) if items[i].id == key), None)
             assert vec.index_of_id(key) == expected
+
+
+@given(action_lists)
+def test_the_trusted_nested_run_reader_matches_the_validating_parser(actions_: list[SessionAction]) -> None:
+    from orchestrator.parts import NestedRun
+    from orchestrator.stream import RunSnapshot
+    from orchestrator.wire import parse_part, part_from_wire, part_to_wire
+
+    state = fold(actions_)
+    snapshot = RunSnapshot(NestedRun(state.messages, state.status, state.error))
+    wire = unpack(pack(part_to_wire(snapshot)))
+    assert part_from_wire(wire) == parse_part(wire) == snapshot

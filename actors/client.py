@@ -373,25 +373,39 @@ class LiveView:
 
 
 class Poller:
-    """One long poll per host, for every session this process subscribes to on it."""
+    """One long poll at a time per host, for every session this process subscribes to on it.
+
+    The host remembers what this poller follows and how far it got (``actors.hub``), so each
+    poll sends only the sessions added or removed since the last one, and brings back only the
+    sessions with news.
+    """
 
     def __init__(self, runtime: Runtime, host: str) -> None:
         self.runtime = runtime
         self.host = host
+        self.id = f"poller-{uuid.uuid4().hex}"
         self.cursors: dict[str, int] = {}
         self.subscribers: dict[str, list[Subscription]] = {}
         self.task: asyncio.Task[None] | None = None
-        self.wake = asyncio.Event()
+        self._added: dict[str, int] = {}
+        self._removed: set[str] = set()
+        self._full = True  # the next poll registers everything (first poll, or a host restart)
+        self._polling = False
         self._resets: set[str] = set()
 
     def add(self, subscription: Subscription) -> None:
         session_id = subscription.session.id
         self.subscribers.setdefault(session_id, []).append(subscription)
-        cursor = self.cursors.setdefault(session_id, -1)
-        if cursor >= 0:  # the session is already polled: this subscriber starts after `cursor`
+        cursor = self.cursors.get(session_id)
+        if cursor is not None and cursor >= 0:  # already followed: this subscriber starts after `cursor`
             subscription.cursor = cursor
             subscription.registered.set()
-        self.wake.set()
+        elif cursor is None:
+            self.cursors[session_id] = -1
+            self._added[session_id] = -1
+            self._removed.discard(session_id)
+            if self._polling:
+                self.runtime.transport.wake(self.host, self.id)  # the waiting poll returns; the next sends it
         if self.task is None or self.task.done():
             self.task = asyncio.ensure_future(self._run())
 
@@ -402,48 +416,37 @@ class Poller:
             subs.remove(subscription)
         if not subs:
             self.subscribers.pop(session_id, None)
-            self.cursors.pop(session_id, None)
+            if self.cursors.pop(session_id, None) is not None:
+                self._added.pop(session_id, None)
+                self._removed.add(session_id)
 
     async def _run(self) -> None:
         transport = self.runtime.transport
         while self.subscribers:
-            cursors = dict(self.cursors)
-            self.wake.clear()
-            fresh = any(c < 0 for c in cursors.values())
-            polled: asyncio.Future[Any] | None = None
-            woken: asyncio.Future[Any] | None = None
+            full = self._full
+            added = dict(self.cursors) if full else self._added
+            removed = [] if full else list(self._removed)
+            self._added, self._removed, self._full = {}, set(), False
+            self._polling = True
             try:
-                reply_soon, cancel = transport.poll(self.host, cursors, 0.0 if fresh else 5.0)
-                polled = asyncio.ensure_future(reply_soon)
-                woken = asyncio.ensure_future(self.wake.wait())
-                done, _ = await asyncio.wait({polled, woken}, return_when=asyncio.FIRST_COMPLETED)
-                if polled not in done:
-                    # A new subscriber: poll again with its cursor (the host keeps what we skip).
-                    cancel()
-                    continue
-                reply: dict[str, tuple[int, list[dict[str, Any]]]] = polled.result()
+                reply = await transport.poll(self.host, self.id, added, removed, 0.0 if added else 5.0, full)
             except _ACTOR_ERRORS:
                 # The host restarted and lost its rings: register again from "now", and once the
                 # host has told us where "now" is, tell subscribers to re-read the snapshot.
                 # (A snapshot read before re-registering could miss what happens in between.)
                 await transport.wait_ready(self.host)
-                for session_id in self.cursors:
-                    self.cursors[session_id] = -1
-                    self._resets.add(session_id)
+                self._restart(reset=True)
                 continue
             except asyncio.CancelledError:
                 return
             finally:
-                for future in (polled, woken):
-                    if future is not None and not future.done():
-                        future.cancel()
-                if polled is not None and polled.done() and not polled.cancelled():
-                    polled.exception()  # retrieved: a late error after cancellation is not news
+                self._polling = False
+            if reply is None:  # the host does not know this poller (it restarted between polls)
+                self._restart(reset=False)
+                continue
             for session_id, (cursor, mutations) in reply.items():
                 if session_id not in self.cursors:
                     continue
-                if self.cursors[session_id] < 0 and cursors.get(session_id, 0) >= 0:
-                    continue  # a reset happened while this poll was in flight: its cursor is stale
                 self.cursors[session_id] = cursor
                 batch = [Mutation(m) for m in mutations]
                 if session_id in self._resets:
@@ -455,6 +458,16 @@ class Poller:
                         sub.registered.set()
                     if batch:
                         sub.feed(batch)
+
+    def _restart(self, *, reset: bool) -> None:
+        """Register every session again; with ``reset``, from "now", and re-read the snapshot."""
+        self._full = True
+        self._added.clear()
+        self._removed.clear()
+        if reset:
+            for session_id in self.cursors:
+                self.cursors[session_id] = -1
+                self._resets.add(session_id)
 
     async def close(self) -> None:
         if self.task is not None:

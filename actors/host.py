@@ -33,6 +33,7 @@ from orchestrator.children import ChildBatch, ChildRequest, ChildResult, NestedF
 from orchestrator.commands import Command, PauseSession, ResumeSession, SendInput, StopTurn
 from orchestrator.errors import TroupeError, UsageError
 from orchestrator.events import Event
+from orchestrator.gc_tuning import tune_gc
 from orchestrator.local import task_input_id
 from orchestrator.log import Applied
 from orchestrator.mutations import diff
@@ -98,6 +99,8 @@ class SessionHost:
     """Hosts sessions (see the module docstring). Plain class; ``actors.options`` makes it an actor."""
 
     def __init__(self, name: str, options: HostOptions) -> None:
+        if not options.extra.get("local"):
+            tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.gc_tuning)
         self.name = name
         self.options = options
         self.store = open_store(_with_writer(options.store, options.sqlite_writer))
@@ -432,10 +435,17 @@ class SessionHost:
         hosted = await self._hosted(session_id, agent_key)
         return await hosted.runner.log.state_at(through=through)
 
-    async def poll(self, cursors: dict[str, int], timeout: float) -> dict[str, tuple[int, list[dict[str, Any]]]]:
-        """Long poll: mutations after each cursor (see ``MutationHub.poll``)."""
-        index_of = {sid: h.runner.log.index for sid, h in self.hosted.items() if sid in cursors}
-        return await self.hub.poll(cursors, timeout, index_of)
+    async def poll(
+        self, poller: str, changes: dict[str, int], removed: list[str], timeout: float, full: bool
+    ) -> dict[str, tuple[int, list[dict[str, Any]]]] | None:
+        """Long poll for one client's sessions on this host (see ``MutationHub.poll``)."""
+        hosted = self.hosted
+        index_of = {sid: hosted[sid].runner.log.index for sid in changes if sid in hosted}
+        return await self.hub.poll(poller, changes, removed, timeout, index_of, full=full)
+
+    async def wake_poll(self, poller: str) -> None:
+        """End ``poller``'s waiting poll now (its client has new subscriptions)."""
+        self.hub.wake(poller)
 
     async def wait_input(self, session_id: str, agent_key: str, input_id: str, timeout: float) -> Any:
         """How the turn that admits ``input_id`` ended (what ``Turn.finished`` resolves to)."""

@@ -1,10 +1,18 @@
 """The mutation hub of a host: what subscribers long-poll for, per session.
 
-Subscribers register interest by polling; while a session has interest, every append's
-mutations are kept in a bounded ring (by log index) and wake the pollers waiting on it. A poller
-that asks for an index older than the ring holds gets a ``reset`` mutation: it re-reads the
-snapshot and carries on from there (subscribe, then snapshot, then drop what it already holds).
-Nothing is polled in a loop: pollers wait on an event until data arrives or their timeout ends.
+A client process polls each host through one *poller* (an id it picks). The host keeps, per
+poller, the sessions it follows and how far it has received each one; a poll sends only what
+changed in that set (sessions added or removed) and returns only the sessions with news. So a
+poll costs what changed, not how many sessions the client follows: a client with a thousand
+subscriptions on a host sends a few bytes per poll, and an append wakes only the pollers of its
+session.
+
+While a session has a poller seen recently, every append's mutations are kept in a bounded ring
+(by log index). A poller whose cursor is older than the ring holds gets a ``reset`` mutation: it
+re-reads the snapshot and carries on from there (subscribe, then snapshot, then drop what it
+already holds). A host that restarted does not know the poller: the poll answers ``None`` and
+the client registers again. Nothing is polled in a loop: a poll waits on its poller's event
+until news arrives, the client wakes it (a new subscription), or its timeout ends.
 """
 
 from __future__ import annotations
@@ -12,47 +20,55 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["MutationHub"]
 
 Mutation = dict[str, Any]
-
-
-_WINDOW = 5.0
-"""Seconds of one window of poll cursors (see ``MutationHub._prune``)."""
+Reply = dict[str, tuple[int, list[Mutation]]]
+"""Per session with news: the poller's new cursor and the mutations after its old one."""
 
 
 @dataclass(slots=True)
 class _Channel:
     ring: deque[tuple[int, list[Mutation]]] = field(default_factory=deque)
-    interest_until: float = 0.0
     last_index: int = 0
     dropped_before: int = 0
-    window_start: float = 0.0
-    """When the current window of polls began (windows are ``_WINDOW`` seconds)."""
-    window_floor: int | None = None
-    """The lowest cursor polled in the current window."""
-    previous_floor: int | None = None
-    """The lowest cursor polled in the window before it."""
+    """The ring holds nothing at or before this index: a cursor below it gets a reset."""
+    pollers: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Poller:
+    cursors: dict[str, int] = field(default_factory=dict)
+    """Per followed session: the index it has received through."""
+    dirty: set[str] = field(default_factory=set)
+    """Followed sessions with something to send."""
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+    seen: float = 0.0
 
 
 class MutationHub:
-    """Per-session rings of recent mutations, and the pollers waiting on them."""
+    """Per-session rings of recent mutations, and the pollers that follow them."""
 
     def __init__(self, *, ring_size: int = 1024, interest_seconds: float = 30.0, linger: float = 0.002) -> None:
         self.ring_size = ring_size
         self.interest_seconds = interest_seconds
         self.linger = linger
         self._channels: dict[str, _Channel] = {}
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._pollers: dict[str, _Poller] = {}
+        self._swept = time.monotonic()
 
     def interested(self, session_id: str) -> bool:
-        """Whether someone polled this session recently (only then are mutations kept)."""
+        """Whether a poller seen recently follows this session (only then are mutations kept)."""
         channel = self._channels.get(session_id)
-        return channel is not None and channel.interest_until >= time.monotonic()
+        if channel is None or not channel.pollers:
+            return False
+        since = time.monotonic() - self.interest_seconds
+        pollers = self._pollers
+        return any((p := pollers.get(pid)) is not None and p.seen >= since for pid in channel.pollers)
 
     def publish(self, session_id: str, index: int, mutations: list[Mutation]) -> None:
         """Record one append's mutations and wake the pollers of this session."""
@@ -60,13 +76,18 @@ class MutationHub:
         if channel is None:
             return
         channel.last_index = index
-        if mutations:
-            channel.ring.append((index, mutations))
-            while len(channel.ring) > self.ring_size:
-                dropped, _ = channel.ring.popleft()
-                channel.dropped_before = dropped
-        for event in self._waiters.get(session_id, ()):
-            event.set()
+        if not mutations:
+            return
+        ring = channel.ring
+        ring.append((index, mutations))
+        while len(ring) > self.ring_size:
+            dropped, _ = ring.popleft()
+            channel.dropped_before = dropped
+        for pid in channel.pollers:
+            poller = self._pollers.get(pid)
+            if poller is not None:
+                poller.dirty.add(session_id)
+                poller.event.set()
 
     def note_index(self, session_id: str, index: int) -> None:
         """Advance a channel's index without mutations (an append nobody needs to see)."""
@@ -75,23 +96,99 @@ class MutationHub:
             channel.last_index = index
 
     def forget(self, session_id: str) -> None:
-        """Drop a session's ring (it deactivated); pollers keep waiting and get a reset later."""
+        """Drop a session's ring (it deactivated); its pollers get a reset if they fell behind."""
         channel = self._channels.get(session_id)
         if channel is not None:
             channel.ring.clear()
             channel.dropped_before = channel.last_index
 
-    def _collect(self, cursors: dict[str, int]) -> tuple[dict[str, tuple[int, list[Mutation]]], bool]:
-        found: dict[str, tuple[int, list[Mutation]]] = {}
-        anything = False
-        for session_id, after in cursors.items():
+    def wake(self, poller_id: str) -> None:
+        """End the poller's waiting poll now (its client has new subscriptions to send)."""
+        poller = self._pollers.get(poller_id)
+        if poller is not None:
+            poller.event.set()
+
+    async def poll(
+        self,
+        poller_id: str,
+        changes: Mapping[str, int],
+        removed: Sequence[str],
+        timeout: float,
+        index_of: Mapping[str, int],
+        *,
+        full: bool = False,
+    ) -> Reply | None:
+        """The news for ``poller_id``'s sessions, waiting up to ``timeout`` for some.
+
+        Args:
+            poller_id: the client's poller (one per client process and host).
+            changes: sessions to follow from now on (or again), each with the index the client
+                has; ``-1`` means "from now" (the reply carries the concrete cursor).
+            removed: sessions to stop following.
+            timeout: seconds to wait for news when there is none yet.
+            index_of: the current index of the ``changes`` sessions active on this host, so a
+                first poll knows where "now" is.
+            full: ``changes`` is every session the client follows (its first poll, or after the
+                host restarted).
+
+        Returns:
+            Per session with news, the new cursor and the mutations after the old one; ``None``
+            when this hub does not know the poller and ``full`` is false (register again).
+        """
+        now = time.monotonic()
+        self._sweep(now)
+        poller = self._pollers.get(poller_id)
+        if poller is None:
+            if not full:
+                return None
+            poller = self._pollers[poller_id] = _Poller()
+        poller.seen = now
+        for session_id in removed:
+            self._unfollow(poller_id, poller, session_id)
+        for session_id, after in changes.items():
+            self._follow(poller_id, poller, session_id, after, index_of.get(session_id, 0))
+        if not poller.dirty and timeout > 0 and not changes:
+            # The event stays set from a publish or a wake that came before this poll: no wait then.
+            try:
+                await asyncio.wait_for(poller.event.wait(), timeout)
+            except TimeoutError:
+                return {}
+            if self.linger > 0:
+                await asyncio.sleep(self.linger)  # let the rest of a burst arrive: fewer, larger replies
+        poller.event.clear()
+        poller.seen = time.monotonic()
+        return self._collect(poller)
+
+    def _follow(self, poller_id: str, poller: _Poller, session_id: str, after: int, index: int) -> None:
+        channel = self._channels.get(session_id)
+        if channel is None:
+            channel = self._channels[session_id] = _Channel(last_index=index)
+            # A client asking from before what this host holds must re-read the snapshot.
+            channel.dropped_before = index if 0 <= after < index else 0
+        channel.pollers.add(poller_id)
+        poller.cursors[session_id] = channel.last_index if after < 0 else after
+        poller.dirty.add(session_id)  # the reply tells the client its cursor
+
+    def _unfollow(self, poller_id: str, poller: _Poller, session_id: str) -> None:
+        poller.cursors.pop(session_id, None)
+        poller.dirty.discard(session_id)
+        channel = self._channels.get(session_id)
+        if channel is not None:
+            channel.pollers.discard(poller_id)
+            if not channel.pollers:
+                del self._channels[session_id]
+
+    def _collect(self, poller: _Poller) -> Reply:
+        found: Reply = {}
+        dirty, poller.dirty = poller.dirty, set()
+        for session_id in dirty:
+            after = poller.cursors.get(session_id)
             channel = self._channels.get(session_id)
-            if channel is None:
-                found[session_id] = (after, [])
+            if after is None or channel is None:
                 continue
             if after < channel.dropped_before:
+                poller.cursors[session_id] = channel.last_index
                 found[session_id] = (channel.last_index, [{"type": "reset", "index": channel.last_index}])
-                anything = True
                 continue
             ring = channel.ring
             newer = 0  # entries after the cursor: count back from the end (cursors are near it)
@@ -101,81 +198,39 @@ class MutationHub:
                 newer += 1
             batch: list[Mutation] = []
             cursor = after
-            if newer:
-                anything = True
-                for position in range(len(ring) - newer, len(ring)):
-                    index, mutations = ring[position]
-                    batch.extend(mutations)
-                    cursor = index  # the append's index: its last events may carry no mutation
+            for position in range(len(ring) - newer, len(ring)):
+                index, mutations = ring[position]
+                batch.extend(mutations)
+                cursor = index  # the append's index: its last events may carry no mutation
+            poller.cursors[session_id] = cursor
             found[session_id] = (cursor, batch)
-        return found, anything
+            self._prune(channel, session_id)
+        return found
 
-    def _register(self, cursors: dict[str, int], index_of: dict[str, int]) -> None:
-        now = time.monotonic()
-        until = now + self.interest_seconds
-        for session_id, after in cursors.items():
-            channel = self._channels.get(session_id)
-            if channel is None:
-                channel = self._channels[session_id] = _Channel()
-                channel.last_index = index_of.get(session_id, 0)
-                # A subscriber asking from an index before what this host holds must re-snapshot.
-                channel.dropped_before = channel.last_index if 0 <= after < channel.last_index else 0
-            channel.interest_until = until
-            self._prune(channel, after, now)
-
-    def _prune(self, channel: _Channel, after: int, now: float) -> None:
-        """Drop ring entries every recent poller has already received (memory stays small).
-
-        Constant time per poll: the lowest cursor of this window and of the one before it bound
-        what is kept, so a poller that polled within the last ``_WINDOW`` seconds misses
-        nothing. One quiet for longer may find its entries gone and gets a reset (re-snapshot).
-        """
-        if now - channel.window_start >= _WINDOW:
-            channel.previous_floor = channel.window_floor
-            channel.window_floor = None
-            channel.window_start = now
-        if channel.window_floor is None or after < channel.window_floor:
-            channel.window_floor = after
-        floor = channel.window_floor
-        if channel.previous_floor is not None and channel.previous_floor < floor:
-            floor = channel.previous_floor
+    def _prune(self, channel: _Channel, session_id: str) -> None:
+        """Drop the ring entries every poller of the session has received."""
+        floor: int | None = None
+        for pid in channel.pollers:
+            poller = self._pollers.get(pid)
+            cursor = None if poller is None else poller.cursors.get(session_id)
+            if cursor is not None and (floor is None or cursor < floor):
+                floor = cursor
         ring = channel.ring
-        while ring and ring[0][0] <= floor:
-            ring.popleft()
+        while floor is not None and ring and ring[0][0] <= floor:
+            dropped, _ = ring.popleft()
+            channel.dropped_before = dropped  # a poller joining from before it must re-snapshot
 
-    async def poll(
-        self, cursors: dict[str, int], timeout: float, index_of: dict[str, int]
-    ) -> dict[str, tuple[int, list[Mutation]]]:
-        """Per session: the new cursor and the mutations after the old one.
-
-        Waits up to ``timeout`` for the first mutation to arrive. A cursor of ``-1`` means "from
-        now" (the reply carries the concrete cursor to poll with next). ``index_of`` gives the
-        current index of sessions this host has active, so a first poll knows where it starts.
-        """
-        resolved = {sid: (index_of.get(sid, 0) if after < 0 else after) for sid, after in cursors.items()}
-        self._register(resolved, index_of)
-        found, anything = self._collect(resolved)
-        if anything or timeout <= 0 or any(after < 0 for after in cursors.values()):
-            return found  # a new subscriber learns its concrete cursor at once
-        event = asyncio.Event()
-        for session_id in resolved:
-            self._waiters.setdefault(session_id, set()).add(event)
-        try:
-            try:
-                await asyncio.wait_for(event.wait(), timeout)
-            except TimeoutError:
-                return found
-            if self.linger > 0:
-                await asyncio.sleep(self.linger)  # let the rest of a burst arrive: fewer, larger replies
-            return self._collect(resolved)[0]
-        finally:
-            for session_id in resolved:
-                waiters = self._waiters.get(session_id)
-                if waiters is not None:
-                    waiters.discard(event)
-                    if not waiters:
-                        del self._waiters[session_id]
+    def _sweep(self, now: float) -> None:
+        """Forget pollers not seen for ``interest_seconds`` (their clients left), now and then."""
+        if now - self._swept < self.interest_seconds:
+            return
+        self._swept = now
+        since = now - self.interest_seconds
+        for pid in [pid for pid, p in self._pollers.items() if p.seen < since]:
+            poller = self._pollers.pop(pid)
+            for session_id in list(poller.cursors):
+                self._unfollow(pid, poller, session_id)
 
     def sessions(self) -> Iterable[str]:
-        """Sessions with a channel."""
+        """Sessions someone follows."""
         return self._channels.keys()

@@ -68,6 +68,9 @@ def host_actor(
         "max_concurrency": HOST_CONCURRENCY,
         "num_cpus": 0,
         "get_if_exists": get_if_exists,
+        # No per-call task events (as Ray Serve does for its replicas): the GCS would keep a
+        # record of every poll, command and batch, growing with traffic.
+        "enable_task_events": False,
     }
     if detached:
         options["lifetime"] = "detached"
@@ -93,6 +96,7 @@ def supervisor_actor(cls: type, *, namespace: str, detached: bool, node_id: str 
         "max_concurrency": HOST_CONCURRENCY,
         "num_cpus": 0,
         "get_if_exists": True,
+        "enable_task_events": False,
     }
     if detached:
         options["lifetime"] = "detached"

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
-
-import ray
 
 from actors.host import SessionMoved
 from actors.router import Router
@@ -39,8 +36,14 @@ class Transport(Protocol):
         """The session's host."""
         ...
 
-    def poll(self, host: str, cursors: dict[str, int], timeout: float) -> tuple[Awaitable[Any], Callable[[], None]]:
-        """Start a long poll on ``host``: an awaitable reply, and a function that cancels it."""
+    async def poll(
+        self, host: str, poller: str, changes: dict[str, int], removed: list[str], timeout: float, full: bool
+    ) -> Any:
+        """One long poll on ``host`` for ``poller`` (see ``MutationHub.poll``)."""
+        ...
+
+    def wake(self, host: str, poller: str) -> None:
+        """End ``poller``'s waiting poll on ``host`` now (fire and forget)."""
         ...
 
     async def wait_ready(self, host: str) -> None:
@@ -87,15 +90,16 @@ class RayTransport:
         """See ``Transport.host_of``."""
         return await self.router.place(session_id)
 
-    def poll(self, host: str, cursors: dict[str, int], timeout: float) -> tuple[Awaitable[Any], Callable[[], None]]:
+    async def poll(
+        self, host: str, poller: str, changes: dict[str, int], removed: list[str], timeout: float, full: bool
+    ) -> Any:
         """See ``Transport.poll``."""
-        ref = self.router.host(host).poll.remote(cursors, timeout)
+        return await self.router.host(host).poll.remote(poller, changes, removed, timeout, full)
 
-        def cancel() -> None:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
-
-        return _awaited(ref), cancel
+    def wake(self, host: str, poller: str) -> None:
+        """See ``Transport.wake``."""
+        with contextlib.suppress(*ACTOR_ERRORS, ValueError):
+            self.router.host(host).wake_poll.remote(poller)
 
     async def wait_ready(self, host: str) -> None:
         """See ``Transport.wait_ready``."""
@@ -109,10 +113,6 @@ class RayTransport:
         """See ``Transport.register_agent``."""
         name = await self.router.place("troupe:agents")
         await self.router.host(name).register_agent.remote(key, data)
-
-
-async def _awaited(ref: Any) -> Any:
-    return await ref
 
 
 class LocalTransport:
@@ -133,14 +133,15 @@ class LocalTransport:
         """See ``Transport.host_of``."""
         return self.host.name
 
-    def poll(self, host: str, cursors: dict[str, int], timeout: float) -> tuple[Awaitable[Any], Callable[[], None]]:
+    async def poll(
+        self, host: str, poller: str, changes: dict[str, int], removed: list[str], timeout: float, full: bool
+    ) -> Any:
         """See ``Transport.poll``."""
-        task = asyncio.ensure_future(self.host.poll(cursors, timeout))
+        return await self.host.poll(poller, changes, removed, timeout, full)
 
-        def cancel() -> None:
-            task.cancel()
-
-        return task, cancel
+    def wake(self, host: str, poller: str) -> None:
+        """See ``Transport.wake``."""
+        self.host.hub.wake(poller)
 
     async def wait_ready(self, host: str) -> None:
         """See ``Transport.wait_ready``."""

@@ -25,6 +25,7 @@ import typer
 from orchestrator import cli_bench, cli_chat, cli_run, cli_serve, cli_sessions
 from orchestrator.cli_common import CommandFailed, LogFormat, LogLevel, TroupeGroup, configure_logging, report
 from orchestrator.errors import TroupeError, UsageError
+from orchestrator.gc_tuning import tune_gc
 
 __all__ = ["app", "main"]
 
@@ -62,6 +63,7 @@ def options(
 ) -> None:
     """Troupe: durable, actor-model LLM agent sessions on Ray."""
     configure_logging(log_format, log_level)
+    tune_gc()  # this process serves sessions (or their clients): see orchestrator.gc_tuning
 
 
 app.command("run")(cli_run.run_command)

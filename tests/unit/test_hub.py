@@ -14,50 +14,77 @@ def m(index: int, text: str) -> dict[str, object]:
 
 async def test_a_first_poll_learns_its_cursor_at_once_and_then_waits_for_news() -> None:
     hub = MutationHub(linger=0)
-    assert await hub.poll({"s": -1}, 5.0, {"s": 7}) == {"s": (7, [])}
-    waiting = asyncio.ensure_future(hub.poll({"s": 7}, 5.0, {"s": 7}))
+    assert await hub.poll("p", {"s": -1}, [], 5.0, {"s": 7}, full=True) == {"s": (7, [])}
+    waiting = asyncio.ensure_future(hub.poll("p", {}, [], 5.0, {}))
     await asyncio.sleep(0)
     assert not waiting.done()
     hub.publish("s", 8, [m(8, "a")])
     assert await asyncio.wait_for(waiting, 1) == {"s": (8, [m(8, "a")])}
 
 
+async def test_a_poll_carries_only_the_sessions_with_news() -> None:
+    hub = MutationHub(linger=0)
+    follow = {f"s-{i}": -1 for i in range(100)}
+    assert len(await hub.poll("p", follow, [], 0, {}, full=True) or {}) == 100  # every cursor, once
+    hub.publish("s-7", 1, [m(1, "x")])
+    assert await hub.poll("p", {}, [], 5.0, {}) == {"s-7": (1, [m(1, "x")])}
+    # Another client's poller follows the same session on its own; from before what the ring
+    # still holds (every poller had it), it is told to re-read the snapshot.
+    assert await hub.poll("q", {"s-7": 1}, [], 0, {}, full=True) == {"s-7": (1, [])}
+    late = await hub.poll("r", {"s-7": 0}, [], 0, {}, full=True)
+    assert late is not None and late["s-7"][1][0]["type"] == "reset"
+
+
 async def test_the_cursor_is_the_appends_index_even_when_its_last_events_have_no_mutation() -> None:
     # One append (events 10..12) whose last event produced no mutation: the next poll must not
     # get the same mutations again (a regression: the cursor used to be the last mutation's index).
     hub = MutationHub(linger=0)
-    await hub.poll({"s": -1}, 0, {"s": 9})
+    await hub.poll("p", {"s": -1}, [], 0, {"s": 9}, full=True)
     hub.publish("s", 12, [m(10, "a"), m(11, "b")])
-    cursor, batch = (await hub.poll({"s": 9}, 0, {"s": 12}))["s"]
+    cursor, batch = (await hub.poll("p", {}, [], 0, {}) or {})["s"]
     assert (cursor, [x["delta"] for x in batch]) == (12, ["a", "b"])
-    assert (await hub.poll({"s": cursor}, 0, {"s": 12}))["s"] == (12, [])
+    assert await hub.poll("p", {}, [], 0, {}) == {}
 
 
 async def test_a_poller_that_fell_behind_the_ring_gets_a_reset() -> None:
     hub = MutationHub(ring_size=2, linger=0)
-    await hub.poll({"s": -1}, 0, {"s": 0})
-    await hub.poll({"s": 0}, 0, {"s": 0})
+    await hub.poll("p", {"s": -1}, [], 0, {"s": 0}, full=True)
+    await hub.poll("slow", {"s": 0}, [], 0, {}, full=True)
     for i in range(1, 6):
         hub.publish("s", i, [m(i, str(i))])
-    cursor, batch = (await hub.poll({"s": 1}, 0, {"s": 5}))["s"]
+    cursor, batch = (await hub.poll("slow", {}, [], 0, {}) or {})["s"]
     assert batch[0]["type"] == "reset" and cursor == 5
 
 
-async def test_entries_every_recent_poller_has_seen_are_dropped() -> None:
+async def test_entries_every_poller_has_received_are_dropped() -> None:
     hub = MutationHub(linger=0)
-    await hub.poll({"s": -1}, 0, {"s": 0})
+    await hub.poll("p", {"s": -1}, [], 0, {"s": 0}, full=True)
     for i in range(1, 4):
         hub.publish("s", i, [m(i, str(i))])
-    cursor, _ = (await hub.poll({"s": 0}, 0, {"s": 3}))["s"]
-    await hub.poll({"s": cursor}, 0, {"s": 3})
-    assert len(hub._channels["s"].ring) <= 3
+    await hub.poll("p", {}, [], 0, {})
+    assert len(hub._channels["s"].ring) == 0
+
+
+async def test_a_wake_ends_the_waiting_poll_even_when_it_arrives_first() -> None:
+    hub = MutationHub(linger=0)
+    await hub.poll("p", {"s": -1}, [], 0, {}, full=True)
+    hub.wake("p")  # before the poll it is meant for (Ray may reorder the two calls)
+    assert await asyncio.wait_for(hub.poll("p", {}, [], 5.0, {}), 1) == {}
+    await hub.poll("p", {}, ["s"], 0, {})  # unfollowed: the session's channel goes
+    assert "s" not in hub._channels
+
+
+async def test_an_unknown_poller_is_told_to_register_again() -> None:
+    hub = MutationHub(linger=0)  # e.g. a host that restarted since the client's last poll
+    assert await hub.poll("p", {}, [], 5.0, {}) is None
+    assert await hub.poll("p", {"s": 4}, [], 5.0, {"s": 4}, full=True) == {"s": (4, [])}
 
 
 async def test_mutations_are_kept_only_for_sessions_someone_polls() -> None:
     hub = MutationHub(linger=0)
     hub.publish("quiet", 1, [m(1, "x")])
     assert not hub.interested("quiet")
-    await hub.poll({"loud": -1}, 0, {"loud": 0})
+    await hub.poll("p", {"loud": -1}, [], 0, {"loud": 0}, full=True)
     assert hub.interested("loud")
 
 

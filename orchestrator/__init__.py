@@ -53,11 +53,17 @@ from orchestrator.stream import (
 from orchestrator.wire import parse_action, parse_message, parse_part, parse_state
 
 if TYPE_CHECKING:
+    from actors.local import LocalRuntime
     from actors.runtime import Runtime
-
+    from orchestrator.agent import Agent
+    from orchestrator.contract import Contract, Reducer
+    from orchestrator.models.openai import OpenAIChatModel
+    from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.store import open_store
     from tools import ToolContext, tool
 
 __all__ = [
+    "Agent",
     "AgentMessage",
     "AgentStreamPart",
     "ApplyPart",
@@ -65,23 +71,28 @@ __all__ = [
     "CompactionUpdate",
     "ConcurrencyConflict",
     "ConfigError",
+    "Contract",
     "DataPart",
     "DataUpdate",
     "Failure",
     "Finish",
+    "LocalRuntime",
     "MessageMetadata",
     "MessagePart",
     "MessageStart",
     "ModelError",
     "NestedRun",
+    "OpenAIChatModel",
     "ParseError",
     "PartialDuplicateBatch",
     "Reasoning",
     "ReasoningPart",
+    "Reducer",
     "Reset",
     "Retry",
     "RunError",
     "Runtime",
+    "ScriptedModel",
     "Send",
     "SessionAction",
     "SessionError",
@@ -101,6 +112,7 @@ __all__ = [
     "ToolResult",
     "TroupeError",
     "UsageError",
+    "open_store",
     "parse_action",
     "parse_message",
     "parse_part",
@@ -113,9 +125,16 @@ __all__ = [
 # name -> module that defines it, imported on first access so `import orchestrator` stays light
 # and never imports Ray (the dependency direction of DESIGN.md §1).
 _LAZY = {
+    "Agent": "orchestrator.agent",
+    "Contract": "orchestrator.contract",
+    "LocalRuntime": "actors.local",
+    "OpenAIChatModel": "orchestrator.models.openai",
+    "Reducer": "orchestrator.contract",
     "Runtime": "actors.runtime",
-    "tool": "tools",
+    "ScriptedModel": "orchestrator.models.scripted",
     "ToolContext": "tools",
+    "open_store": "orchestrator.store",
+    "tool": "tools",
 }
 
 

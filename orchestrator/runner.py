@@ -19,6 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import structlog
+
 from orchestrator import builtin as ai
 from orchestrator._json import JsonObject, JsonValue
 from orchestrator.agent import Agent, MetadataContext, ResolverContext
@@ -40,6 +42,8 @@ from orchestrator.store.base import EventStore
 from orchestrator.stream import AgentStreamPart, MessageMetadata, StepFinish, TextDelta, ToolCall, ToolResult
 from orchestrator.toolport import ToolLike
 from orchestrator.wire import part_to_wire
+
+_log = structlog.get_logger("troupe.runner")
 
 __all__ = ["Listener", "SessionRunner", "TurnOutcome"]
 
@@ -571,11 +575,31 @@ class SessionRunner:
 
         def start() -> None:
             signal = CancelSignal()
-            task = asyncio.ensure_future(self._run_step(effect, model, instructions, signal))
+            task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, signal))
             self._step = _StepWork(effect.step_id, task, signal)
             task.add_done_callback(lambda _: self._kick())
 
         return [Event("", ai.STEP_STARTED, {**started, "model": model.name})], start
+
+    async def _guarded_step(
+        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal
+    ) -> None:
+        try:
+            await self._run_step(effect, model, instructions, signal)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a bug outside the model's stream must not leave the turn running forever
+            _log.exception("step_crashed", session_id=self.session_id, step_id=effect.step_id)
+            message = f"the model step could not run: {type(error).__name__}: {error}"
+            state = self.log.state
+            if state.active is None or state.active.id != effect.turn_id:
+                return
+            await self._append(
+                [
+                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
+                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
+                ]
+            )
 
     async def _run_step(
         self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal

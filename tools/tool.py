@@ -64,8 +64,10 @@ class Tool:
         # anything else is rebuilt from its function, so the generated input model never pickles.
         module = sys.modules.get(getattr(self.fn, "__module__", ""))
         qualname = getattr(self.fn, "__qualname__", "")
-        if module is not None and "<" not in qualname and _lookup(module, qualname) is self:
-            return (_import_attr, (module.__name__, qualname))
+        # __main__ is a different module in every process: a script's tools travel by value.
+        if module is not None and module.__name__ != "__main__" and "<" not in qualname:
+            if _lookup(module, qualname) is self:
+                return (_import_attr, (module.__name__, qualname))
         # The parameter types were resolved when the tool was built; ship them, not the hints
         # (string annotations may not resolve where the tool is unpickled).
         return (
@@ -186,7 +188,10 @@ def _lookup(module: Any, qualname: str) -> Any:
 
 
 def _import_attr(module: str, qualname: str) -> Any:
-    return _lookup(importlib.import_module(module), qualname)
+    value = _lookup(importlib.import_module(module), qualname)
+    if value is None:
+        raise ImportError(f"cannot import {module}:{qualname}; define the tool at a module's top level")
+    return value
 
 
 def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:

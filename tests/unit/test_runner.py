@@ -562,6 +562,18 @@ async def test_message_metadata_is_merged_at_step_start_and_finish(sessions: Loc
     assert runner.state.messages[-1].metadata == {"status": "complete", "usage": {"inputTokens": 5, "outputTokens": 1}}
 
 
+async def test_a_step_that_crashes_outside_the_model_fails_the_turn_with_the_reason(sessions: LocalSessions) -> None:
+    def metadata(context: MetadataContext) -> Mapping[str, Any]:
+        raise KeyError("status")
+
+    model = FunctionModel(lambda r: [TextDelta("hi")])
+    runner = await sessions.open("s-1", Agent("a", "x", model, message_metadata=metadata))
+    assert await turn(runner, "u-1", "hello") == "failed"
+    assert runner.state.status == "error"
+    assert runner.state.error is not None
+    assert "KeyError" in runner.state.error.message and "status" in runner.state.error.message
+
+
 async def test_the_tool_list_is_read_again_after_every_call(sessions: LocalSessions) -> None:
     @tool
     async def unlock() -> str:

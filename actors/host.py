@@ -47,6 +47,8 @@ log = structlog.get_logger()
 
 REPORT_EVERY = 0.1
 """Seconds between two reports of a host's active sessions to the supervisor (a burst is one report)."""
+FINISHED_CHILD_LINGER = 0.5
+"""Seconds a finished sub-agent stays in memory: its result is durable, and a re-attach refolds it."""
 
 
 class SessionMoved(TroupeError):
@@ -292,7 +294,8 @@ class SessionHost:
         """Deactivate every session that has nothing to do now (tests and memory checks)."""
         count = 0
         for session_id in list(self.hosted):
-            if self._idle(self.hosted[session_id]):
+            hosted = self.hosted.get(session_id)  # an idle timer may have deactivated it meanwhile
+            if hosted is not None and self._idle(hosted):
                 count += await self.deactivate(session_id)
         return count
 
@@ -501,8 +504,9 @@ class SessionHost:
                 runner.listeners.remove(listen)
             if self._forwarders.get((request.child_id, request.call_id)) is listen:
                 del self._forwarders[(request.child_id, request.call_id)]
-            # A finished sub-agent is rarely asked again; a dedicated one frees its process soon.
-            self._touch(request.child_id, 1.0 if self.options.placement == "dedicated" else None)
+            # A finished sub-agent is rarely asked again: it leaves memory (a dedicated one frees its
+            # process) soon, rather than after the idle timeout; a parent's recovery refolds it.
+            self._touch(request.child_id, FINISHED_CHILD_LINGER)
 
     async def child_command(self, child_id: str, agent: Any, root_key: str, command: Command) -> Any:
         """A command for a sub-agent session (an answer to its approval); returns its receipt."""

@@ -299,6 +299,22 @@ def _store_bytes(path: Path) -> int:
     return path.stat().st_size
 
 
+async def _memory_settled(interval: float = 0.5, tolerance: int = 2 * 2**20, limit: float = 20.0) -> None:
+    """Wait until Ray's own processes have finished starting (their RSS stops growing).
+
+    Ray's dashboard agent and head load their modules for several seconds after ``ray.init``;
+    a baseline taken before that charges their start-up to the first run's sessions.
+    """
+    deadline = time.monotonic() + limit
+    last = _Memory.total()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(interval)
+        now = _Memory.total()
+        if abs(now - last) < tolerance:
+            return
+        last = now
+
+
 async def bench_shop(
     sizes: Sequence[int] = (1, 10, 100, 1000),
     *,
@@ -327,6 +343,7 @@ async def bench_shop(
             ray_options={"_temp_dir": str(base / "ray"), "num_cpus": os.cpu_count() or 2},
         ) as rt:
             await _run_once(rt, 2, 0, store, _Memory.total())  # warm up every host
+            await _memory_settled()
             for n in sizes:
                 result = ShopFigures(n)
                 for r in range(repeats):

@@ -195,17 +195,15 @@ class GroupCommitWriter:
             self._fail_all(jobs, f"the write transaction failed and was rolled back ({error})")
             return
         self.commits += 1
-        for job, (ok, value) in zip(jobs, outcomes, strict=True):
-            _settle(job, ok, value)
+        _settle([(job, ok, value) for job, (ok, value) in zip(jobs, outcomes, strict=True)])
 
     def _fail_all(self, jobs: list[_Job], reason: str) -> None:
-        for job in jobs:
-            _settle(job, False, StoreError(f"{self._describe}: {reason}; nothing was written"))
+        _settle([(job, False, StoreError(f"{self._describe}: {reason}; nothing was written")) for job in jobs])
 
     def _fail_until_stopped(self) -> None:
         assert self._failure is not None
         while (job := self._queue.get()) is not None:
-            _settle(job, False, StoreError(self._failure.message))
+            _settle([(job, False, StoreError(self._failure.message))])
 
 
 class InlineGroupWriter(GroupCommitWriter):
@@ -327,18 +325,34 @@ def _as_store_error(error: TroupeError | sqlite3.Error) -> TroupeError:
     return StoreError(f"SQLite refused the write: {error}")
 
 
-def _settle(job: _Job, ok: bool, value: Any) -> None:
-    """Resolve a job's future on its own loop (futures are not thread-safe)."""
+def _settle(outcomes: list[tuple[_Job, bool, Any]]) -> None:
+    """Resolve the jobs' futures on their own loops (futures are not thread-safe).
 
-    def settle() -> None:
+    One hand-off per loop for the whole group, not one per job: each ``call_soon_threadsafe``
+    wakes the loop through its self-pipe, and on the loop's own thread no hand-off is needed.
+    """
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, bool, Any]]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    for loop, group in by_loop.items():
+        if loop is running:
+            _resolve(group)
+            continue
+        try:
+            loop.call_soon_threadsafe(_resolve, group)
+        except RuntimeError:  # that loop is closed: nobody is waiting for the answer
+            pass
+
+
+def _resolve(outcomes: list[tuple[_Job, bool, Any]]) -> None:
+    for job, ok, value in outcomes:
         if job.future.done():  # the caller was cancelled; the write stands regardless
-            return
+            continue
         if ok:
             job.future.set_result(value)
         else:
             job.future.set_exception(value)
-
-    try:
-        job.loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # that loop is closed: nobody is waiting for the answer
-        pass

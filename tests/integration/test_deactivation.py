@@ -10,6 +10,7 @@ import pytest
 
 from actors.runtime import Runtime
 from orchestrator.agent import Agent
+from orchestrator.parts import ToolPart
 from orchestrator.testing import ScriptedModel
 
 SESSIONS = 2000
@@ -67,3 +68,29 @@ async def test_two_thousand_idle_sessions_use_bounded_memory_and_reactivate(runt
     print(f"growth after another {SESSIONS} sessions came and went: {growth / 1024:.1f} KB per session")
     assert growth < 20 * 1024, f"memory grew {growth / 1024:.1f} KB per deactivated session"
     assert per_active < 200 * 1024, f"{per_active / 1024:.1f} KB per idle active session"
+
+
+async def test_a_finished_sub_agent_leaves_memory_soon_and_its_parent_stays(runtime: Runtime) -> None:
+    from actors.host import FINISHED_CHILD_LINGER
+    from tests.integration.helpers import delegating
+
+    session = runtime.session("linger-1", agent=delegating())
+    result = await (await session.prompt("two mugs")).finished
+    assert result.success, result
+
+    async def hosted() -> set[str]:
+        ids: set[str] = set()
+        for host in await runtime.hosts():
+            ids |= set(await host.sessions.remote())
+        return ids
+
+    deadline = asyncio.get_running_loop().time() + FINISHED_CHILD_LINGER + 10
+    while any(sid.startswith("linger-1/") for sid in await hosted()):
+        assert asyncio.get_running_loop().time() < deadline, await hosted()
+        await asyncio.sleep(0.1)
+    assert "linger-1" in await hosted()  # the parent keeps its idle timeout
+    # Its nested runs stay in the parent's state, and the next turn delegates again.
+    second = await (await session.prompt("two more")).finished
+    assert second.success, second
+    nested = [p for m in await session.messages() for p in m.parts if isinstance(p, ToolPart) and p.agent is not None]
+    assert len(nested) == 2 and all(p.state == "done" for p in nested)

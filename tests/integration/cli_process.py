@@ -10,15 +10,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def troupe(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    """``python -m orchestrator.cli ARGS`` in ``cwd`` (keep it short: Ray's socket paths live under it)."""
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a CLI process: quiet telemetry, and a Ray of its own."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **extra}
     env.pop("RAY_ADDRESS", None)  # start a Ray of its own, never join the test session's
     env.pop("TROUPE_RAY_TEMP_DIR", None)
+    return env
+
+
+def troupe(
+    *args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m orchestrator.cli ARGS`` in ``cwd`` (keep it short: Ray's socket paths live under it)."""
     return subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", *args],
         cwd=cwd,
-        env=env,
+        env=env or cli_env(),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -23,9 +23,12 @@ def workdir() -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_troupe_run_on_ray(workdir: Path) -> None:
-    done = troupe("run", str(REPO / "configs" / "shop.yaml"), "-p", "two mugs", cwd=workdir, timeout=120)
+    # The README's first command, as it is: the demo's three default turns.
+    assert ".venv/bin/troupe run configs/shop.yaml   # set up, run the demo" in (REPO / "README.md").read_text()
+    done = troupe("run", str(REPO / "configs" / "shop.yaml"), cwd=workdir, timeout=180)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     out = done.stdout
+    assert "I would like two mugs, please." in out and "One more round: two mugs" in out
     assert "two mugs" in out and "A000A001" in out and "C000C001" in out
     assert '⚙ add_to_cart {"slug": "mug", "qty": 2} → Added.  ✓ done' in out
     assert '⚙ lookup_price {"slug": "mug"} → 4.99  ✓ done' in out  # the sub-agent ran in its own actor

@@ -1,0 +1,102 @@
+"""The README's commands, run as it writes them: the demo, a real-model config, and the HTTP API by curl."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.testing_openai import FakeOpenAIServer, StreamReply, completion_stream, text_stream, tool_call_deltas
+
+from .cli_process import REPO, cli_env, troupe
+
+README = (REPO / "README.md").read_text()
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="trc-", dir="/tmp"))  # short: Ray's socket paths live under it
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_the_openai_config_runs_against_a_compatible_endpoint(workdir: Path) -> None:
+    command = "OPENAI_BASE_URL=http://localhost:8000/v1 OPENAI_MODEL=Qwen/Qwen3-8B troupe run configs/openai.yaml"
+    assert command in README
+    replies = [
+        StreamReply(
+            completion_stream(
+                tool_call_deltas(0, "call_1", "add_to_cart", '{"slug": "mug",', ' "qty": 2}'),
+                finish_reason="tool_calls",
+            )
+        ),
+        StreamReply(text_stream("Added two ", "mugs.")),
+    ]
+    with FakeOpenAIServer(replies) as server:
+        env = cli_env(OPENAI_BASE_URL=server.base_url, OPENAI_MODEL="Qwen/Qwen3-8B")
+        done = troupe("run", str(REPO / "configs" / "openai.yaml"), "-p", "two mugs", cwd=workdir, env=env)
+        models = [r.json["model"] for r in server.requests]
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "Added two mugs." in done.stdout and "add_to_cart" in done.stdout
+    assert models == ["Qwen/Qwen3-8B", "Qwen/Qwen3-8B"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _curl_lines() -> list[str]:
+    block = re.search(r"```bash\n(curl .*?)```", README, re.S)
+    assert block is not None, "the README lost its curl example"
+    return [line.split("#")[0].strip() for line in block.group(1).replace("\\\n", " ").splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_the_http_examples_work_with_curl(workdir: Path) -> None:
+    port = _free_port()
+    log = (workdir / "serve.log").open("w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli", "serve", str(REPO / "configs" / "shop.yaml"), "--port", str(port)],
+        cwd=workdir,
+        env=cli_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None, (workdir / "serve.log").read_text()
+            assert time.monotonic() < deadline, "troupe serve did not start listening"
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        outputs = []
+        for line in _curl_lines():
+            command = line.replace("localhost:8000", f"127.0.0.1:{port}")
+            if "/events" in command:
+                command = command.replace("curl -sN", "curl -sN --max-time 3")
+            ran = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
+            assert ran.returncode in (0, 28), (command, ran.stderr)  # 28: --max-time ended the SSE stream
+            outputs.append(ran.stdout)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+        log.close()
+    created, prompted, events = outputs
+    assert json.loads(created)["id"] == "s-1"
+    answer = json.loads(prompted)
+    assert answer["success"] is True and "C099" in answer["text"], answer
+    assert "event: " in events and "id: " in events and "data: " in events

@@ -19,7 +19,7 @@ import contextlib
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -29,12 +29,12 @@ from actors.registry import AgentRegistry
 from actors.router import Router
 from orchestrator.agent import Agent
 from orchestrator.aistate import AIState
-from orchestrator.children import ChildBatch, ChildRequest, ChildResult, NestedForwarder, child_result
+from orchestrator.children import ChildBatch, ChildRequest, ChildResult, NestedForwarder
 from orchestrator.commands import Command, PauseSession, ResumeSession, SendInput, StopTurn
 from orchestrator.errors import TroupeError, UsageError
 from orchestrator.events import Event
 from orchestrator.gc_tuning import tune_gc
-from orchestrator.local import task_input_id
+from orchestrator.local import drive_child
 from orchestrator.log import Applied
 from orchestrator.mutations import diff
 from orchestrator.runner import SessionRunner
@@ -486,18 +486,7 @@ class SessionHost:
         runner.listeners.append(listen)
         hosted.busy += 1
         try:
-            if runner.log.index > 0:  # re-attaching: the parent's copy must catch up first
-                await forwarder.snapshot(runner.state, runner.log.index)
-            task_id = task_input_id(request.child_id)
-            state = runner.state
-            if state.turns == 0 and state.inbox.get(task_id) is None and task_id not in state.pending:
-                await runner.submit(SendInput(task_id, request.task))
-            if runner.state.inbox.paused:
-                await runner.submit(ResumeSession(_command_id()))
-            state = await runner.wait_for(lambda s: child_result(s) is not None)
-            result = child_result(state)
-            assert result is not None
-            return replace(result, final=forwarder.snapshot_batch(state, runner.log.index))
+            return await drive_child(runner, forwarder, request)
         finally:
             hosted.busy -= 1
             with contextlib.suppress(ValueError):

@@ -19,7 +19,7 @@ from orchestrator.log import Applied
 from orchestrator.runner import SessionRunner
 from orchestrator.store.base import EventStore
 
-__all__ = ["LocalChildren", "LocalSessions", "task_input_id"]
+__all__ = ["LocalChildren", "LocalSessions", "drive_child", "task_input_id"]
 
 
 def task_input_id(child_id: str) -> str:
@@ -29,6 +29,27 @@ def task_input_id(child_id: str) -> str:
 
 def _command_id() -> str:
     return f"cmd-{uuid.uuid4().hex}"
+
+
+async def drive_child(runner: SessionRunner, forwarder: NestedForwarder, request: ChildRequest) -> ChildResult:
+    """Start (or re-attach to) a child session's run and wait for its result.
+
+    The caller has subscribed ``forwarder`` to ``runner``. A re-attach first sends the parent a
+    snapshot to catch up; the task input goes in only once (its id is stable); a paused child is
+    resumed. The result carries the child's final state for the parent's copy.
+    """
+    if runner.log.index > 0:  # re-attaching: the parent's copy must catch up first
+        await forwarder.snapshot(runner.state, runner.log.index)
+    task_id = task_input_id(request.child_id)
+    state = runner.state
+    if state.turns == 0 and state.inbox.get(task_id) is None and task_id not in state.pending:
+        await runner.submit(SendInput(task_id, request.task))
+    if runner.state.inbox.paused:
+        await runner.submit(ResumeSession(_command_id()))
+    state = await runner.wait_for(lambda s: child_result(s) is not None)
+    result = child_result(state)
+    assert result is not None
+    return replace(result, final=forwarder.snapshot_batch(state, runner.log.index))
 
 
 class LocalChildren:
@@ -57,17 +78,7 @@ class LocalChildren:
 
         runner.listeners.append(listen)  # type: ignore[arg-type]
         try:
-            if runner.log.index > 0:  # re-attaching: the parent's copy must catch up first
-                await forwarder.snapshot(runner.state, runner.log.index)
-            task_id = task_input_id(request.child_id)
-            if runner.state.turns == 0 and runner.state.inbox.get(task_id) is None:
-                await runner.submit(SendInput(task_id, request.task))
-            if runner.state.inbox.paused:
-                await runner.submit(ResumeSession(_command_id()))
-            state = await runner.wait_for(lambda s: child_result(s) is not None)
-            result = child_result(state)
-            assert result is not None
-            return replace(result, final=forwarder.snapshot_batch(state, runner.log.index))
+            return await drive_child(runner, forwarder, request)
         finally:
             runner.listeners.remove(listen)  # type: ignore[arg-type]
 

@@ -60,11 +60,40 @@ def host_actor(
     sessions from the store), one CPU-less process pinned to a node (the supervisor moves it
     when the node is lost), with a high async concurrency for long polls.
     """
+    # A crash restarts it on its node; if the node itself is lost, the supervisor re-creates the
+    # host, under the same name, on a live node.
+    return _named_actor(
+        cls, name, namespace, max_task_retries=0, get_if_exists=get_if_exists, detached=detached, node_id=node_id
+    )
+
+
+def supervisor_actor(cls: type, *, namespace: str, detached: bool, node_id: str | None = None) -> Any:
+    """The Ray actor class for the supervisor: named, detached, restartable, got if it exists.
+
+    Pinned to ``node_id`` (the head node, as Ray Serve pins its controller): the supervisor must
+    not be on a node it is there to recover from.
+    """
+    return _named_actor(
+        cls, SUPERVISOR_NAME, namespace, max_task_retries=-1, get_if_exists=True, detached=detached, node_id=node_id
+    )
+
+
+def _named_actor(
+    cls: type,
+    name: str,
+    namespace: str,
+    *,
+    max_task_retries: int,
+    get_if_exists: bool,
+    detached: bool,
+    node_id: str | None,
+) -> Any:
+    """A named, restartable, CPU-less actor with a high async concurrency, optionally pinned."""
     options: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
         "max_restarts": -1,
-        "max_task_retries": 0,
+        "max_task_retries": max_task_retries,
         "max_concurrency": HOST_CONCURRENCY,
         "num_cpus": 0,
         "get_if_exists": get_if_exists,
@@ -75,31 +104,6 @@ def host_actor(
     if detached:
         options["lifetime"] = "detached"
     if node_id is not None:
-        # Pinned to its node (a soft affinity was not reliably honoured at creation). A crash
-        # restarts it there; if the node itself is lost, the supervisor re-creates the host,
-        # under the same name, on a live node.
-        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-    return ray.remote(cls).options(**options)
-
-
-def supervisor_actor(cls: type, *, namespace: str, detached: bool, node_id: str | None = None) -> Any:
-    """The Ray actor class for the supervisor: named, detached, restartable, got if it exists.
-
-    Pinned to ``node_id`` (the head node, as Ray Serve pins its controller): the supervisor must
-    not be on a node it is there to recover from.
-    """
-    options: dict[str, Any] = {
-        "name": SUPERVISOR_NAME,
-        "namespace": namespace,
-        "max_restarts": -1,
-        "max_task_retries": -1,
-        "max_concurrency": HOST_CONCURRENCY,
-        "num_cpus": 0,
-        "get_if_exists": True,
-        "enable_task_events": False,
-    }
-    if detached:
-        options["lifetime"] = "detached"
-    if node_id is not None:
+        # Pinned to its node: a soft affinity was not reliably honoured at creation.
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return ray.remote(cls).options(**options)

@@ -457,18 +457,20 @@ def _add_usage(usage: Usage, step_usage: Any, model: str, estimate: Any) -> Usag
     return Usage(usage.input_tokens + prompt, usage.output_tokens + completion, calibration)
 
 
+def _end_step(state: AIState, active: ActiveTurn, step: StepState, status: Literal["failed", "superseded"]) -> AIState:
+    """The current step ended with ``status``: it counts, in the turn and in the session."""
+    return state.with_(
+        active=replace(active, step=replace(step, status=status), steps=active.steps + 1),
+        session_steps=state.session_steps + 1,
+    )
+
+
 def _on_step_failed(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
     step = _current_step(state, event.payload.get("stepId"))
     active = state.active
     if step is None or active is None:
         return state, []
-    return (
-        state.with_(
-            active=replace(active, step=replace(step, status="failed"), steps=active.steps + 1),
-            session_steps=state.session_steps + 1,
-        ),
-        [],
-    )
+    return _end_step(state, active, step, "failed"), []
 
 
 def _on_step_superseded(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
@@ -482,13 +484,7 @@ def _on_step_superseded(state: AIState, event: Event) -> tuple[AIState, list[Ses
         session = state.session
         rewound = make_state(resumable(session.messages), session.status, session.error)
         return state.with_(session=rewound, active=replace(active, step=replace(step, status="superseded"))), []
-    return (
-        state.with_(
-            active=replace(active, step=replace(step, status="superseded"), steps=active.steps + 1),
-            session_steps=state.session_steps + 1,
-        ),
-        [],
-    )
+    return _end_step(state, active, step, "superseded"), []
 
 
 def _on_tool_started(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:

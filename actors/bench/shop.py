@@ -29,7 +29,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,27 +176,24 @@ class _Memory:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
-    def total() -> int:
+    def _summed(read: Callable[[psutil.Process], float]) -> float:
+        """``read`` summed over this process and every descendant (one that just ended counts 0)."""
         me = psutil.Process()
-        total = 0
+        total = 0.0
         for proc in [me, *me.children(recursive=True)]:
             try:
-                total += proc.memory_info().rss
+                total += read(proc)
             except psutil.Error:
                 pass
         return total
 
     @staticmethod
+    def total() -> int:
+        return int(_Memory._summed(lambda proc: proc.memory_info().rss))
+
+    @staticmethod
     def cpu() -> float:
-        me = psutil.Process()
-        total = 0.0
-        for proc in [me, *me.children(recursive=True)]:
-            try:
-                times = proc.cpu_times()
-                total += times.user + times.system
-            except psutil.Error:
-                pass
-        return total
+        return _Memory._summed(lambda proc: sum(proc.cpu_times()[:2]))  # user + system
 
     def _run(self) -> None:
         while not self._stop.is_set():

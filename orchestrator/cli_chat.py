@@ -24,7 +24,6 @@ import signal
 import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 import typer
@@ -33,7 +32,14 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.approvals import nested_approvals, pending_approvals
-from orchestrator.cli_common import STORE_ENV, load_target, started_runtime, stdout
+from orchestrator.cli_common import (
+    ConfigPath,
+    LocalOption,
+    StoreOption,
+    load_target,
+    started_runtime,
+    stdout,
+)
 from orchestrator.cli_live import LiveTurn, awaiting_approval, caught_up, last_user_index
 from orchestrator.cli_render import render_conversation
 
@@ -465,15 +471,12 @@ def _nested(messages: Any) -> set[str]:
 
 
 def chat_command(
-    config: Annotated[Path, typer.Argument(help="The agent config (YAML), e.g. configs/shop.yaml.")],
+    config: ConfigPath,
     session_id: Annotated[
         str | None, typer.Option(help="Chat in this session (an existing one continues). Default: chat-<random>.")
     ] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(envvar=STORE_ENV, help="Event store URL. Default: the config's runtime.store, else troupe.db."),
-    ] = None,
-    local: Annotated[bool, typer.Option("--local", help="Run in this process, without Ray.")] = False,
+    store: StoreOption = None,
+    local: LocalOption = False,
     agent: Annotated[
         str | None, typer.Option(help="Chat with this agent of the config instead of its main one.")
     ] = None,

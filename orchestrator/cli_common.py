@@ -16,7 +16,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -51,6 +51,15 @@ DEFAULT_STORE: Final = "sqlite:///troupe.db"
 """The embedded default: a SQLite file in the working folder."""
 STORE_ENV: Final = "TROUPE_STORE"
 """The environment variable every ``--store`` option reads."""
+
+# The options that `run`, `chat` and `serve` share.
+ConfigPath = Annotated[Path, typer.Argument(help="The agent config (YAML), e.g. configs/shop.yaml.")]
+StoreOption = Annotated[
+    str | None,
+    typer.Option(envvar=STORE_ENV, help="Event store URL. Default: the config's runtime.store, else troupe.db."),
+]
+LocalOption = Annotated[bool, typer.Option("--local", help="Run in this process, without Ray.")]
+
 RAY_TEMP_ENV: Final = "TROUPE_RAY_TEMP_DIR"
 """Where a local Ray keeps its session files (default ``./.troupe/ray``)."""
 _SOCKET_ROOM: Final = 40

@@ -14,7 +14,6 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
@@ -23,7 +22,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.cli_common import STORE_ENV, load_target, started_runtime, stdout
+from orchestrator.cli_common import (
+    ConfigPath,
+    LocalOption,
+    StoreOption,
+    load_target,
+    started_runtime,
+    stdout,
+)
 from orchestrator.cli_live import LiveTurn, awaiting_approval, caught_up
 from orchestrator.cli_render import TurnResultLike, one_line, render_results
 from orchestrator.errors import TroupeError
@@ -58,7 +64,7 @@ Results = list[tuple[str, int, TurnResultLike]]
 
 
 def run_command(
-    config: Annotated[Path, typer.Argument(help="The agent config (YAML), e.g. configs/shop.yaml.")],
+    config: ConfigPath,
     prompt: Annotated[
         list[str] | None,
         typer.Option(
@@ -69,11 +75,8 @@ def run_command(
     session_id: Annotated[
         str | None, typer.Option(help="The session id (with --sessions: the prefix). Default: run-<random>.")
     ] = None,
-    store: Annotated[
-        str | None,
-        typer.Option(envvar=STORE_ENV, help="Event store URL. Default: the config's runtime.store, else troupe.db."),
-    ] = None,
-    local: Annotated[bool, typer.Option("--local", help="Run in this process, without Ray.")] = False,
+    store: StoreOption = None,
+    local: LocalOption = False,
     agent: Annotated[str | None, typer.Option(help="Run this agent of the config instead of its main one.")] = None,
 ) -> None:
     """Run the config's agent: each --prompt is a turn, drawn live; exit 0 if every turn succeeded."""

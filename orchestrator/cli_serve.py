@@ -17,7 +17,16 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from orchestrator.cli_common import STORE_ENV, fail, load_target, merge_keys, started_runtime, stderr, stdout
+from orchestrator.cli_common import (
+    LocalOption,
+    StoreOption,
+    fail,
+    load_target,
+    merge_keys,
+    started_runtime,
+    stderr,
+    stdout,
+)
 
 if TYPE_CHECKING:
     from orchestrator.agent import Agent
@@ -70,15 +79,12 @@ def serve_command(
     config: Annotated[Path, typer.Argument(help="The agent config (YAML) whose agent every session runs.")],
     host: Annotated[str, typer.Option(help="The address to bind (a public one needs --api-key).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=1, max=65535, help="The port.")] = 8000,
-    store: Annotated[
-        str | None,
-        typer.Option(envvar=STORE_ENV, help="Event store URL. Default: the config's runtime.store, else troupe.db."),
-    ] = None,
+    store: StoreOption = None,
     api_key: Annotated[
         list[str] | None,
         typer.Option("--api-key", help=f"A bearer token clients must send; repeat for several (also ${KEYS_ENV})."),
     ] = None,
-    local: Annotated[bool, typer.Option("--local", help="Run sessions in this process, without Ray.")] = False,
+    local: LocalOption = False,
     agent: Annotated[str | None, typer.Option(help="Serve this agent of the config instead of its main one.")] = None,
 ) -> None:
     """Serve the HTTP API (sessions, SSE, the AI SDK chat protocol) with uvicorn."""

@@ -6,10 +6,13 @@ import asyncio
 from typing import Any
 
 from actors.client import Poller, Session, Subscription
+from actors.host import TURN_WAIT_LIMIT
+from actors.hub import WaitFailed
 from actors.registry import agent_blob
 from actors.transport import Transport
 from orchestrator.agent import Agent
 from orchestrator.errors import UsageError
+from orchestrator.runner import TurnOutcome
 from orchestrator.store.base import EventStore
 
 __all__ = ["BaseRuntime"]
@@ -58,6 +61,15 @@ class BaseRuntime:
     async def _subscribe_later(self, session: Session, subscription: Subscription) -> None:
         name = await self.transport.host_of(session.id)
         self._poller(name).add(subscription)
+
+    async def _turn_outcome(self, session: Session, input_id: str) -> TurnOutcome:
+        """How the turn that admits ``input_id`` ended, delivered with the polls of its host."""
+        await self._ready_agent(session.agent_key)
+        name = self.transport.host_now(session.id) or await self.transport.host_of(session.id)
+        outcome = await self._poller(name).wait(session, input_id)
+        if isinstance(outcome, WaitFailed):  # e.g. the session moved to another host: ask it directly
+            outcome = await session._call("wait_input", input_id, TURN_WAIT_LIMIT)
+        return outcome
 
     def _poller(self, host: str) -> Poller:
         poller = self._pollers.get(host)

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from actors.hub import WaitFailed
 from actors.options import ACTOR_ERRORS
 from orchestrator.aistate import AIState, Receipt
 from orchestrator.commands import (
@@ -42,6 +43,8 @@ __all__ = ["LiveView", "Mutation", "Queue", "Session", "StopResult", "Subscripti
 
 T = TypeVar("T")
 _ACTOR_ERRORS = ACTOR_ERRORS
+WAIT_WAKE = 0.01
+"""Seconds a new turn wait may ride on the next poll before the waiting poll is ended for it."""
 
 
 def new_id(prefix: str = "msg") -> str:
@@ -112,7 +115,7 @@ class Turn:
         return self._finished
 
     async def _wait(self) -> TurnResult:
-        outcome: TurnOutcome = await self.session._call("wait_input", self.id, 24 * 3600.0)
+        outcome: TurnOutcome = await self.session.runtime._turn_outcome(self.session, self.id)
         return TurnResult(outcome.success, outcome.outcome, outcome.text, outcome.error, outcome.turn_id, outcome.index)
 
 
@@ -377,7 +380,8 @@ class Poller:
 
     The host remembers what this poller follows and how far it got (``actors.hub``), so each
     poll sends only the sessions added or removed since the last one, and brings back only the
-    sessions with news.
+    sessions with news. The same polls carry the turns this process waits on (``Turn.finished``)
+    and bring back how they ended: a turn costs no long-held call of its own.
     """
 
     def __init__(self, runtime: Runtime, host: str) -> None:
@@ -392,6 +396,34 @@ class Poller:
         self._full = True  # the next poll registers everything (first poll, or a host restart)
         self._polling = False
         self._resets: set[str] = set()
+        self.waits: dict[str, tuple[str, str, asyncio.Future[TurnOutcome | WaitFailed]]] = {}
+        """Turns waited on: input id -> session id, agent key, and the future of the outcome."""
+        self._new_waits: dict[str, tuple[str, str]] = {}
+        self._wake_timer: asyncio.TimerHandle | None = None
+
+    def wait(self, session: Session, input_id: str) -> asyncio.Future[TurnOutcome | WaitFailed]:
+        """How the turn that admits ``input_id`` ends, delivered by a later poll."""
+        known = self.waits.get(input_id)
+        if known is not None:
+            return known[2]
+        future: asyncio.Future[TurnOutcome | WaitFailed] = asyncio.get_running_loop().create_future()
+        self.waits[input_id] = (session.id, session.agent_key, future)
+        self._new_waits[input_id] = (session.id, session.agent_key)
+        if self._polling and self._wake_timer is None:
+            # A poll waiting at the host carries no news of this wait: if no reply comes back soon
+            # (which would send it with the next poll), end the waiting poll.
+            self._wake_timer = asyncio.get_running_loop().call_later(WAIT_WAKE, self._wake_for_waits)
+        self._ensure_running()
+        return future
+
+    def _wake_for_waits(self) -> None:
+        self._wake_timer = None
+        if self._new_waits and self._polling:
+            self.runtime.transport.wake(self.host, self.id)
+
+    def _ensure_running(self) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._run())
 
     def add(self, subscription: Subscription) -> None:
         session_id = subscription.session.id
@@ -406,8 +438,7 @@ class Poller:
             self._removed.discard(session_id)
             if self._polling:
                 self.runtime.transport.wake(self.host, self.id)  # the waiting poll returns; the next sends it
-        if self.task is None or self.task.done():
-            self.task = asyncio.ensure_future(self._run())
+        self._ensure_running()
 
     def remove(self, subscription: Subscription) -> None:
         session_id = subscription.session.id
@@ -422,14 +453,15 @@ class Poller:
 
     async def _run(self) -> None:
         transport = self.runtime.transport
-        while self.subscribers:
+        while self.subscribers or self.waits:
             full = self._full
             added = dict(self.cursors) if full else self._added
             removed = [] if full else list(self._removed)
-            self._added, self._removed, self._full = {}, set(), False
+            waits = {i: (sid, key) for i, (sid, key, _) in self.waits.items()} if full else self._new_waits
+            self._added, self._removed, self._full, self._new_waits = {}, set(), False, {}
             self._polling = True
             try:
-                reply = await transport.poll(self.host, self.id, added, removed, 0.0 if added else 5.0, full)
+                reply = await transport.poll(self.host, self.id, added, removed, 0.0 if added else 5.0, full, waits)
             except _ACTOR_ERRORS:
                 # The host restarted and lost its rings: register again from "now", and once the
                 # host has told us where "now" is, tell subscribers to re-read the snapshot.
@@ -444,7 +476,12 @@ class Poller:
             if reply is None:  # the host does not know this poller (it restarted between polls)
                 self._restart(reset=False)
                 continue
-            for session_id, (cursor, mutations) in reply.items():
+            news, outcomes = reply
+            for input_id, outcome in outcomes.items():
+                entry = self.waits.pop(input_id, None)
+                if entry is not None and not entry[2].done():
+                    entry[2].set_result(outcome)
+            for session_id, (cursor, mutations) in news.items():
                 if session_id not in self.cursors:
                     continue
                 self.cursors[session_id] = cursor
@@ -470,7 +507,12 @@ class Poller:
                 self._resets.add(session_id)
 
     async def close(self) -> None:
+        if self._wake_timer is not None:
+            self._wake_timer.cancel()
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task
+        for _, _, future in self.waits.values():
+            future.cancel()  # the runtime is closing: nobody will deliver these
+        self.waits.clear()

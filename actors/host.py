@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from actors.hub import MutationHub
+from actors.hub import MutationHub, WaitFailed
 from actors.registry import AgentRegistry
 from actors.router import Router
 from orchestrator.agent import Agent
@@ -47,6 +47,8 @@ log = structlog.get_logger()
 
 REPORT_EVERY = 0.1
 """Seconds between two reports of a host's active sessions to the supervisor (a burst is one report)."""
+TURN_WAIT_LIMIT = 24 * 3600.0
+"""Seconds a host waits on one turn's end for a client (``Turn.finished``)."""
 FINISHED_CHILD_LINGER = 0.5
 """Seconds a finished sub-agent stays in memory: its result is durable, and a re-attach refolds it."""
 
@@ -120,6 +122,8 @@ class SessionHost:
         self.adopted: set[str] = set()
         """Dedicated placement: the session(s) the supervisor gave this host."""
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._turn_watches: dict[tuple[str, str], asyncio.Future[None]] = {}
+        """Turns clients wait on through their pollers: (poller, input id) -> the waiting task."""
         self._directory_marked = 0  # directory changes made / saved (generations)
         self._directory_saved = 0
         self._directory_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -439,12 +443,47 @@ class SessionHost:
         return await hosted.runner.log.state_at(through=through)
 
     async def poll(
-        self, poller: str, changes: dict[str, int], removed: list[str], timeout: float, full: bool
-    ) -> dict[str, tuple[int, list[dict[str, Any]]]] | None:
-        """Long poll for one client's sessions on this host (see ``MutationHub.poll``)."""
+        self,
+        poller: str,
+        changes: dict[str, int],
+        removed: list[str],
+        timeout: float,
+        full: bool,
+        waits: dict[str, tuple[str, str]] | None = None,
+    ) -> tuple[dict[str, tuple[int, list[dict[str, Any]]]], dict[str, Any]] | None:
+        """Long poll for one client's sessions on this host (see ``MutationHub.poll``).
+
+        ``waits`` are turns the client waits on (input id -> session id, agent key): each one's
+        outcome comes back in a later reply, once. Returns the sessions with news and the turn
+        outcomes settled since the last poll; ``None`` when this host does not know the poller
+        (it restarted): register everything again.
+        """
         hosted = self.hosted
         index_of = {sid: hosted[sid].runner.log.index for sid in changes if sid in hosted}
-        return await self.hub.poll(poller, changes, removed, timeout, index_of, full=full)
+        if waits and (full or self.hub.knows(poller)):
+            for input_id, (session_id, agent_key) in waits.items():
+                self._watch_turn(poller, input_id, session_id, agent_key)
+        reply = await self.hub.poll(poller, changes, removed, timeout, index_of, full=full)
+        if reply is None:
+            return None
+        return reply, self.hub.take_outcomes(poller)
+
+    def _watch_turn(self, poller: str, input_id: str, session_id: str, agent_key: str) -> None:
+        """Settle how ``input_id``'s turn ends into ``poller`` (once per poller and input)."""
+        key = (poller, input_id)
+        if key in self._turn_watches:
+            return
+
+        async def watch() -> None:
+            try:
+                outcome: Any = await self.wait_input(session_id, agent_key, input_id, TURN_WAIT_LIMIT)
+            except Exception as error:  # e.g. the session moved: the client asks its host directly
+                outcome = WaitFailed(f"{type(error).__name__}: {error}")
+            finally:
+                self._turn_watches.pop(key, None)
+            self.hub.settle(poller, input_id, outcome)
+
+        self._turn_watches[key] = asyncio.ensure_future(watch())
 
     async def wake_poll(self, poller: str) -> None:
         """End ``poller``'s waiting poll now (its client has new subscriptions)."""
@@ -561,7 +600,7 @@ class SessionHost:
     async def shutdown(self) -> None:
         """Close every session (used when a runtime that owns this host exits)."""
         self._closing = True  # the supervisor is going away too: tell it nothing more
-        for task in [self._boot, *self._tasks]:
+        for task in [self._boot, *self._tasks, *self._turn_watches.values()]:
             if task is not None and not task.done():
                 task.cancel()
         for session_id in list(self.hosted):

@@ -13,6 +13,10 @@ re-reads the snapshot and carries on from there (subscribe, then snapshot, then 
 already holds). A host that restarted does not know the poller: the poll answers ``None`` and
 the client registers again. Nothing is polled in a loop: a poll waits on its poller's event
 until news arrives, the client wakes it (a new subscription), or its timeout ends.
+
+The same poll carries the ends of the turns a client waits on (``Turn.finished``): the host
+settles an outcome into the poller (``settle``) and the next reply takes it along, so waiting
+on a turn costs no call of its own.
 """
 
 from __future__ import annotations
@@ -24,11 +28,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MutationHub"]
+__all__ = ["MutationHub", "WaitFailed"]
 
 Mutation = dict[str, Any]
 Reply = dict[str, tuple[int, list[Mutation]]]
 """Per session with news: the poller's new cursor and the mutations after its old one."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitFailed:
+    """A turn's end could not be waited on here (the session moved, say): ask its host directly."""
+
+    reason: str
 
 
 @dataclass(slots=True)
@@ -48,6 +59,8 @@ class _Poller:
     """Followed sessions with something to send."""
     event: asyncio.Event = field(default_factory=asyncio.Event)
     seen: float = 0.0
+    outcomes: dict[str, Any] = field(default_factory=dict)
+    """Turns its client waits on that have ended: input id -> how the turn ended."""
 
 
 class MutationHub:
@@ -102,6 +115,25 @@ class MutationHub:
             channel.ring.clear()
             channel.dropped_before = channel.last_index
 
+    def knows(self, poller_id: str) -> bool:
+        """Whether this hub has seen ``poller_id`` (a host that restarted has not)."""
+        return poller_id in self._pollers
+
+    def settle(self, poller_id: str, input_id: str, outcome: Any) -> None:
+        """A turn ``poller_id`` waits on has ended: its next poll reply carries ``outcome``."""
+        poller = self._pollers.get(poller_id)
+        if poller is not None:
+            poller.outcomes[input_id] = outcome
+            poller.event.set()
+
+    def take_outcomes(self, poller_id: str) -> dict[str, Any]:
+        """The turn outcomes settled for ``poller_id`` since its last poll (each is sent once)."""
+        poller = self._pollers.get(poller_id)
+        if poller is None or not poller.outcomes:
+            return {}
+        outcomes, poller.outcomes = poller.outcomes, {}
+        return outcomes
+
     def wake(self, poller_id: str) -> None:
         """End the poller's waiting poll now (its client has new subscriptions to send)."""
         poller = self._pollers.get(poller_id)
@@ -147,7 +179,7 @@ class MutationHub:
             self._unfollow(poller_id, poller, session_id)
         for session_id, after in changes.items():
             self._follow(poller_id, poller, session_id, after, index_of.get(session_id, 0))
-        if not poller.dirty and timeout > 0 and not changes:
+        if not poller.dirty and not poller.outcomes and timeout > 0 and not changes:
             # The event stays set from a publish or a wake that came before this poll: no wait then.
             try:
                 await asyncio.wait_for(poller.event.wait(), timeout)

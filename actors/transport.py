@@ -37,9 +37,16 @@ class Transport(Protocol):
         ...
 
     async def poll(
-        self, host: str, poller: str, changes: dict[str, int], removed: list[str], timeout: float, full: bool
+        self,
+        host: str,
+        poller: str,
+        changes: dict[str, int],
+        removed: list[str],
+        timeout: float,
+        full: bool,
+        waits: dict[str, tuple[str, str]],
     ) -> Any:
-        """One long poll on ``host`` for ``poller`` (see ``MutationHub.poll``)."""
+        """One long poll on ``host`` for ``poller`` (see ``SessionHost.poll``)."""
         ...
 
     def wake(self, host: str, poller: str) -> None:
@@ -91,10 +98,17 @@ class RayTransport:
         return await self.router.place(session_id)
 
     async def poll(
-        self, host: str, poller: str, changes: dict[str, int], removed: list[str], timeout: float, full: bool
+        self,
+        host: str,
+        poller: str,
+        changes: dict[str, int],
+        removed: list[str],
+        timeout: float,
+        full: bool,
+        waits: dict[str, tuple[str, str]],
     ) -> Any:
         """See ``Transport.poll``."""
-        return await self.router.host(host).poll.remote(poller, changes, removed, timeout, full)
+        return await self.router.host(host).poll.remote(poller, changes, removed, timeout, full, waits)
 
     def wake(self, host: str, poller: str) -> None:
         """See ``Transport.wake``."""
@@ -134,10 +148,17 @@ class LocalTransport:
         return self.host.name
 
     async def poll(
-        self, host: str, poller: str, changes: dict[str, int], removed: list[str], timeout: float, full: bool
+        self,
+        host: str,
+        poller: str,
+        changes: dict[str, int],
+        removed: list[str],
+        timeout: float,
+        full: bool,
+        waits: dict[str, tuple[str, str]],
     ) -> Any:
         """See ``Transport.poll``."""
-        return await self.host.poll(poller, changes, removed, timeout, full)
+        return await self.host.poll(poller, changes, removed, timeout, full, waits)
 
     def wake(self, host: str, poller: str) -> None:
         """See ``Transport.wake``."""

@@ -17,6 +17,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import structlog
@@ -236,6 +237,7 @@ class SessionRunner:
 
         add(events)
         starts: list[Callable[[], None]] = []
+        early: list[Callable[[AIState], _StepWork]] = []
         cancel: str | None = None
         claimed: set[str] = set()
         for _ in range(64):
@@ -246,10 +248,13 @@ class SessionRunner:
             if isinstance(effect, RunStep):
                 if self._step is not None and self._step.step_id == effect.step_id:
                     break
-                new, start = self._prepare_step(effect, state)
+                new, step = self._prepare_step(effect, state)
                 add(new)
-                if start is not None:
-                    starts.append(start)
+                if step is not None:
+                    if self.agent.compaction is None:
+                        early.append(step)
+                    else:  # compaction reads and appends to the log: start after the write
+                        starts.append(partial(self._start_after_write, step))
                 continue
             if isinstance(effect, RunTool):
                 call = effect.call
@@ -266,12 +271,18 @@ class SessionRunner:
                 cancel = effect.reason
             break
         applied: list[Applied] = []
+        # A model step starts while its start is written: the model's first tokens take longer
+        # than the write, and its parts are queued behind this batch, so they are still durable
+        # only after it. (The model call is no side effect to guard; tools start after the write.)
+        speculative = [step(state) for step in early]
         if batch:
             try:
                 result = await log.commit(batch, staged)
-            except ConcurrencyConflict:
-                # Someone else wrote this session's log (a stale owner, a failover): re-read it.
-                await log.refresh()
+            except BaseException as error:
+                self._abandon(speculative)
+                if isinstance(error, ConcurrencyConflict):
+                    # Someone else wrote this session's log (a stale owner, a failover): re-read it.
+                    await log.refresh()
                 raise
             if not result.duplicate:
                 applied = staged
@@ -552,8 +563,21 @@ class SessionRunner:
 
     # -- model steps -----------------------------------------------------------------------------
 
-    def _prepare_step(self, effect: RunStep, state: AIState) -> tuple[list[Event], Callable[[], None] | None]:
-        """The events that start a model step, and how to start its task once they are durable."""
+    def _start_after_write(self, step: Callable[[AIState], _StepWork]) -> None:
+        step(self.log.state)
+
+    def _abandon(self, steps: Sequence[_StepWork]) -> None:
+        """Cancel steps started with a write that failed (their start never became durable)."""
+        for work in steps:
+            if self._step is work:
+                self._step = None
+            work.signal.cancel("abandoned")
+            work.task.cancel()
+
+    def _prepare_step(
+        self, effect: RunStep, state: AIState
+    ) -> tuple[list[Event], Callable[[AIState], _StepWork] | None]:
+        """The events that start a model step, and how to start its task (from the state they make)."""
         started: JsonObject = {
             "turnId": effect.turn_id,
             "stepId": effect.step_id,
@@ -573,19 +597,20 @@ class SessionRunner:
                 Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
             ], None
 
-        def start() -> None:
+        def start(planned: AIState) -> _StepWork:
             signal = CancelSignal()
-            task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, signal))
-            self._step = _StepWork(effect.step_id, task, signal)
+            task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, signal, planned))
+            self._step = work = _StepWork(effect.step_id, task, signal)
             task.add_done_callback(lambda _: self._kick())
+            return work
 
         return [Event("", ai.STEP_STARTED, {**started, "model": model.name})], start
 
     async def _guarded_step(
-        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal
+        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal, planned: AIState
     ) -> None:
         try:
-            await self._run_step(effect, model, instructions, signal)
+            await self._run_step(effect, model, instructions, signal, planned)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a bug outside the model's stream must not leave the turn running forever
@@ -602,9 +627,10 @@ class SessionRunner:
             )
 
     async def _run_step(
-        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal
+        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal, planned: AIState
     ) -> None:
-        state = self.log.state
+        """Stream one model step over ``planned`` (the state its start makes; it may not be written yet)."""
+        state = planned
         active = state.active
         if active is None:
             return
@@ -622,7 +648,7 @@ class SessionRunner:
         specs = [t.spec for t in tools] + self.agent.delegate_specs()
         if self.agent.compaction is not None:
             await self._maybe_compact(model, instructions, specs, signal)
-        state = self.log.state
+            state = self.log.state
         messages = prompt_messages(state)
         # The estimate calibrates compaction; without compaction it is not worth serializing the prompt.
         estimate = estimate_tokens(messages, instructions, specs) if self.agent.compaction is not None else 0

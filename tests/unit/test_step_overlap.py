@@ -1,0 +1,107 @@
+"""A model step starts while the write of its start is in flight; its parts are durable only after it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from orchestrator import builtin as ai
+from orchestrator.agent import Agent
+from orchestrator.commands import SendInput
+from orchestrator.errors import StoreError
+from orchestrator.events import Event
+from orchestrator.models.base import CancelSignal, ModelRequest
+from orchestrator.runner import SessionRunner
+from orchestrator.store import open_store
+from orchestrator.store.base import AppendResult, EventStore
+from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
+
+TIMEOUT = 10
+
+
+class GatedStore:
+    """A real in-memory store whose writes of a step's start wait for the test (or fail)."""
+
+    def __init__(self) -> None:
+        self.inner: EventStore = open_store("memory://")
+        self.writing = asyncio.Event()
+        self.release = asyncio.Event()
+        self.fail = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append(self, session_id: str, events: Sequence[Event], *args: Any, **kwargs: Any) -> AppendResult:
+        if any(e.type == ai.STEP_STARTED for e in events):
+            self.writing.set()
+            await self.release.wait()
+            if self.fail:
+                raise StoreError("the disk is full")
+        return await self.inner.append(session_id, events, *args, **kwargs)
+
+
+class WatchedModel:
+    """Streams two chunks; records when it started and whether it was cancelled."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cancelled = False
+        self.requests: list[ModelRequest] = []
+
+    @property
+    def name(self) -> str:
+        return "watched"
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        self.requests.append(request)
+        self.started.set()
+        try:
+            yield TextDelta("Hel")
+            await asyncio.sleep(0)
+            yield TextDelta("lo.")
+            yield StepFinish(finish_reason="stop")
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+async def open_runner(store: GatedStore, model: WatchedModel) -> SessionRunner:
+    agent = Agent("a", "x", model)
+    return await SessionRunner.open(store, "s", agent)
+
+
+async def test_the_model_streams_while_its_start_is_written_and_its_parts_follow_it() -> None:
+    store, model = GatedStore(), WatchedModel()
+    runner = await open_runner(store, model)
+    submitted = asyncio.ensure_future(runner.submit(SendInput("u-1", "hi")))
+    await asyncio.wait_for(store.writing.wait(), TIMEOUT)
+    await asyncio.wait_for(model.started.wait(), TIMEOUT)  # before the write finished
+    assert not submitted.done()
+    assert model.requests[0].messages[0].text == "hi"  # it saw the input being written
+    store.release.set()
+    await asyncio.wait_for(submitted, TIMEOUT)
+    outcome = await runner.wait_input("u-1", timeout=TIMEOUT)
+    assert (outcome.outcome, outcome.text) == ("completed", "Hello.")
+    types = [e.type for e in await store.inner.read("s")]
+    assert types.index(ai.STEP_STARTED) < types.index(ai.STREAM) < types.index(ai.STEP_FINISHED)
+    await runner.close()
+
+
+async def test_a_step_whose_start_could_not_be_written_is_cancelled_and_leaves_nothing() -> None:
+    store, model = GatedStore(), WatchedModel()
+    store.fail = True
+    runner = await open_runner(store, model)
+    submitted = asyncio.ensure_future(runner.submit(SendInput("u-1", "hi")))
+    await asyncio.wait_for(model.started.wait(), TIMEOUT)
+    store.release.set()
+    try:
+        await asyncio.wait_for(submitted, TIMEOUT)
+    except StoreError as error:
+        assert "disk is full" in error.message
+    else:
+        raise AssertionError("the failed write was acknowledged")
+    await asyncio.sleep(0.05)
+    assert runner._step is None
+    assert await store.inner.read("s") == []  # neither the input nor any part of the step
+    await runner.close()

@@ -30,9 +30,6 @@ __all__ = ["GroupCommitWriter", "InlineGroupWriter"]
 
 T = TypeVar("T")
 
-_INLINE_WINDOW: Final = 0.002
-"""Seconds the inline writer waits to gather the appends of many sessions into one transaction."""
-
 _MAX_GROUP: Final = 4096
 """Most jobs in one transaction: bounds a transaction's size and the latency of its first job."""
 
@@ -157,12 +154,16 @@ class GroupCommitWriter:
             jobs.append(job)
         return jobs, False
 
-    def _commit_group(self, conn: sqlite3.Connection, jobs: list[_Job]) -> None:
+    def _commit_group(self, conn: sqlite3.Connection, jobs: list[_Job], *, begun: bool = False) -> None:
+        """Run ``jobs`` in one transaction (``begun``: the caller has started it) and settle them."""
         if not jobs:
+            if begun:
+                conn.execute("ROLLBACK")
             return
         outcomes: list[tuple[bool, Any]] = []
         try:
-            _begin_immediate(conn, self.busy_timeout)
+            if not begun:
+                _begin_immediate(conn, self.busy_timeout)
         except sqlite3.Error as error:
             self._fail_all(
                 jobs,
@@ -213,7 +214,9 @@ class InlineGroupWriter(GroupCommitWriter):
     next turn, in one transaction. The loop blocks for that transaction (a fraction of a
     millisecond for a typical group), which under load is cheaper than handing each group to a
     thread and back: the two threads would otherwise take turns holding the interpreter lock.
-    Session hosts use it; the thread writer stays the default for everything else.
+    While another process holds the file's write lock the loop does not wait: the group (growing
+    meanwhile) is tried again a fraction of a millisecond later. Session hosts use it; the thread
+    writer stays the default for everything else.
     """
 
     def __init__(
@@ -230,7 +233,8 @@ class InlineGroupWriter(GroupCommitWriter):
         self._pending: list[_Job] = []
         self._scheduled = False
         self.commits = 0
-        self.window = _INLINE_WINDOW
+        self._busy_since: float | None = None
+        self._retry = 0.0
 
     def _connection(self) -> sqlite3.Connection:
         with self._lock:
@@ -257,26 +261,64 @@ class InlineGroupWriter(GroupCommitWriter):
         self._pending.append(_Job(work, loop, future))
         if not self._scheduled:
             self._scheduled = True
-            # A short window gathers the appends of many sessions into one transaction.
-            loop.call_later(self.window, self._run_pending)
+            # Everything the sessions append during this turn of the loop goes in one transaction.
+            loop.call_soon(self._run_pending)
         return future
 
-    def _run_pending(self) -> None:
+    def _run_pending(self, *, wait: bool = False) -> None:
+        """Commit what is pending; ``wait``: block for the write lock (when stopping)."""
         self._scheduled = False
-        jobs, self._pending = self._pending, []
-        if not jobs:
+        if not self._pending:
             return
         try:
             conn = self._connection()
         except StoreError as error:
+            jobs, self._pending = self._pending, []
             self._fail_all(jobs, error.message)
             return
+        if not wait and not self._begin(conn):
+            return
+        jobs, self._pending = self._pending, []
         try:
-            self._commit_group(conn, jobs)
+            self._commit_group(conn, jobs, begun=not wait)
         except Exception as error:  # never leave a caller waiting
             if conn.in_transaction:
                 conn.rollback()
             self._fail_all(jobs, f"the write failed unexpectedly ({error!r})")
+
+    def _begin(self, conn: sqlite3.Connection) -> bool:
+        """Take the write lock, or, while another process holds it, try again soon.
+
+        Waiting here would block the loop, and with it every session of this host, for as long
+        as the other process writes; instead the loop goes on and the group (growing meanwhile)
+        is retried a fraction of a millisecond later. ``busy_timeout`` still bounds the wait.
+        """
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                jobs, self._pending = self._pending, []
+                self._fail_all(jobs, f"could not start a write transaction ({error})")
+                return False
+            now = time.monotonic()
+            if self._busy_since is None:
+                self._busy_since = now
+            elif now - self._busy_since > self.busy_timeout:
+                self._busy_since = None
+                jobs, self._pending = self._pending, []
+                self._fail_all(
+                    jobs,
+                    f"could not start a write transaction ({error}); another process may hold the "
+                    "write lock for longer than busy_timeout",
+                )
+                return False
+            self._retry = min(self._retry * 1.5, 0.002) if self._retry else 0.0001
+            self._scheduled = True
+            asyncio.get_running_loop().call_later(self._retry, self._run_pending)
+            return False
+        self._busy_since = None
+        self._retry = 0.0
+        return True
 
     def wait_ready(self) -> None:
         """Open the connection (and the schema) if it is not open yet; readers call this first."""
@@ -286,7 +328,7 @@ class InlineGroupWriter(GroupCommitWriter):
         """Commit what is queued, then refuse new work."""
         with self._lock:
             self._stopping = True
-        self._run_pending()
+        self._run_pending(wait=True)
 
     def join(self) -> None:
         """Close the connection."""

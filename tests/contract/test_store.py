@@ -570,6 +570,28 @@ async def test_close_finishes_appends_already_queued(store_url: str) -> None:
         await reopened.close()
 
 
+@pytest.mark.parametrize("writer", ["thread", "inline"])
+async def test_a_write_waits_for_another_process_lock_without_blocking_the_loop(tmp_path: Path, writer: str) -> None:
+    path = tmp_path / "shared.db"
+    store = open_store(f"sqlite:///{path}?writer={writer}")
+    try:
+        await store.append("s", [ev("first")])
+        other = sqlite3.connect(path, isolation_level=None)  # as another host process would
+        other.execute("BEGIN IMMEDIATE")
+        pending = asyncio.ensure_future(store.append("s", [ev("second")]))
+        ticks = 0
+        for _ in range(20):  # the loop keeps running while the append waits for the lock
+            await asyncio.sleep(0.005)
+            ticks += 1
+        assert ticks == 20 and not pending.done()
+        other.execute("COMMIT")
+        other.close()
+        assert await asyncio.wait_for(pending, 5) == AppendResult("s", 2, 2)
+        assert ids(await store.read("s")) == ["first", "second"]
+    finally:
+        await store.close()
+
+
 async def test_a_store_serves_a_loop_in_another_thread(store: EventStore) -> None:
     async def elsewhere() -> list[Event]:
         await store.append("s", [ev("from-thread")])

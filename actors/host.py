@@ -37,6 +37,7 @@ from orchestrator.gc_tuning import tune_gc
 from orchestrator.local import drive_child
 from orchestrator.log import Applied
 from orchestrator.mutations import diff
+from orchestrator.pacing import StreamPacer
 from orchestrator.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.wire import pack, unpack
@@ -72,14 +73,16 @@ class HostOptions:
     flush_interval: float = 0.004
     """Seconds a step's first stream part may wait before its batch is written."""
     flush_every: float = 0.02
-    """Seconds between the later stream batches of a step."""
+    """Seconds between the later stream batches of a step (at least; see ``flush_budget``)."""
     flush_parts: int = 256
     """Parts that force a flush."""
+    flush_budget: float = 1000.0
+    """Stream writes per second the host's streaming steps share (``orchestrator.pacing``)."""
     nested_delay: float = 0.01
     """Seconds a sub-agent's batch may wait for others to share the parent's write."""
     poll_linger: float = 0.002
     """How long a long poll lingers after the first mutation, to gather a burst."""
-    sqlite_writer: str = "thread"
+    sqlite_writer: str = "inline"
     """How a host writes a SQLite store: ``thread`` (a writer thread) or ``inline`` (on its loop)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Options for tests (e.g. the host list in pooled mode)."""
@@ -110,6 +113,7 @@ class SessionHost:
         self.store = open_store(_with_writer(options.store, options.sqlite_writer))
         self.registry = AgentRegistry(self.store)
         self.hub = MutationHub(linger=options.poll_linger)
+        self.pacer = StreamPacer(options.flush_budget)
         self.hosted: dict[str, _Hosted] = {}
         self._opening: dict[str, asyncio.Future[_Hosted]] = {}
         self.router = Router(
@@ -191,6 +195,7 @@ class SessionHost:
                 flush_every=self.options.flush_every,
                 flush_parts=self.options.flush_parts,
                 nested_delay=self.options.nested_delay,
+                pacer=self.pacer,
                 start=False,
             )
             hosted = _Hosted(runner, agent_key, runner.state)

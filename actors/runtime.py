@@ -71,10 +71,11 @@ class Runtime(BaseRuntime):
         flush_interval: float = 0.004,
         flush_every: float = 0.02,
         flush_parts: int = 256,
+        flush_budget: float = 1000.0,
         nested_delay: float = 0.01,
         children: Literal["spread", "local"] = "local",
         warm: int = 2,
-        sqlite_writer: Literal["thread", "inline"] = "thread",
+        sqlite_writer: Literal["thread", "inline"] = "inline",
         ray_options: dict[str, Any] | None = None,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
@@ -88,6 +89,7 @@ class Runtime(BaseRuntime):
         self.flush_interval = flush_interval
         self.flush_every = flush_every
         self.flush_parts = flush_parts
+        self.flush_budget = flush_budget
         self.nested_delay = nested_delay
         if children not in ("spread", "local"):
             raise UsageError(f"children must be 'local' or 'spread', not {children!r}")
@@ -135,6 +137,7 @@ class Runtime(BaseRuntime):
             flush_interval=self.flush_interval,
             flush_every=self.flush_every,
             flush_parts=self.flush_parts,
+            flush_budget=self.flush_budget,
             nested_delay=self.nested_delay,
             sqlite_writer=self.sqlite_writer,
             extra={"hosts": self.host_names, "children": self.children},

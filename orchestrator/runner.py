@@ -36,6 +36,7 @@ from orchestrator.events import Event, check_caller_event
 from orchestrator.fold import initial_state
 from orchestrator.log import Applied, SessionLog
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
+from orchestrator.pacing import StreamPacer
 from orchestrator.parts import ToolPart
 from orchestrator.plan import Append, Cancel, Limits, RunStep, RunTool, next_effect
 from orchestrator.recovery import REATTACH, recover
@@ -101,6 +102,7 @@ class SessionRunner:
         flush_every: float = 0.02,
         flush_parts: int = 256,
         nested_delay: float = 0.01,
+        pacer: StreamPacer | None = None,
     ) -> None:
         self.log = log
         self.agent = agent
@@ -110,6 +112,8 @@ class SessionRunner:
         self.flush_every = max(flush_every, flush_interval)
         self.flush_parts = flush_parts
         self.nested_delay = nested_delay
+        self.pacer = pacer if pacer is not None else StreamPacer()
+        """The stream-write budget this session shares with the others of its process."""
         self._nested_timer: asyncio.TimerHandle | None = None
         self.limits = Limits(agent.max_steps)
         self.listeners: list[Listener] = []
@@ -1020,6 +1024,8 @@ class _StepStream:
         self.timer: asyncio.TimerHandle | None = None
         self.flushing: asyncio.Task[None] | None = None
         self.interval = runner.flush_interval  # the first text goes out fast; later batches grow
+        self.pacer: StreamPacer | None = runner.pacer
+        self.pacer.enter()
 
     def add(self, part: AgentStreamPart) -> None:
         self.parts.append(part)
@@ -1031,7 +1037,8 @@ class _StepStream:
             await self._flush()
         elif self.timer is None:
             self.timer = asyncio.get_running_loop().call_later(self.interval, self._on_timer)
-            self.interval = self.runner.flush_every
+            if self.pacer is not None:
+                self.interval = self.pacer.interval(self.runner.flush_every)
 
     def _on_timer(self) -> None:
         self.timer = None
@@ -1055,14 +1062,21 @@ class _StepStream:
 
     async def close(self, final: Sequence[Event]) -> None:
         """Flush what is left together with the step's final events, in one batch."""
+        self._leave()
         if self.flushing is not None and not self.flushing.done():
             await self.flushing
         await self._flush(final)
 
     def cancel(self) -> None:
+        self._leave()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+
+    def _leave(self) -> None:
+        if self.pacer is not None:
+            self.pacer.leave()
+            self.pacer = None
 
 
 def _interrupted() -> str:

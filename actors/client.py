@@ -450,18 +450,24 @@ class Poller:
             if self.cursors.pop(session_id, None) is not None:
                 self._added.pop(session_id, None)
                 self._removed.add(session_id)
+            if not self.subscribers and not self.waits and self._polling:
+                self.runtime.transport.wake(self.host, self.id)  # nothing left to wait for: send the removals
 
     async def _run(self) -> None:
         transport = self.runtime.transport
-        while self.subscribers or self.waits:
+        # Removals go out even after the last subscription closed: the host then drops the
+        # sessions' rings at once, not when this client polls again.
+        while self.subscribers or self.waits or (self._removed and not self._full):
             full = self._full
             added = dict(self.cursors) if full else self._added
             removed = [] if full else list(self._removed)
             waits = {i: (sid, key) for i, (sid, key, _) in self.waits.items()} if full else self._new_waits
             self._added, self._removed, self._full, self._new_waits = {}, set(), False, {}
             self._polling = True
+            following = bool(self.subscribers or self.waits)
+            timeout = 5.0 if following and not added else 0.0
             try:
-                reply = await transport.poll(self.host, self.id, added, removed, 0.0 if added else 5.0, full, waits)
+                reply = await transport.poll(self.host, self.id, added, removed, timeout, full, waits)
             except _ACTOR_ERRORS:
                 # The host restarted and lost its rings: register again from "now", and once the
                 # host has told us where "now" is, tell subscribers to re-read the snapshot.

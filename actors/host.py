@@ -267,7 +267,9 @@ class SessionHost:
             self._touch(session_id)
             return
         hosted.idle = None
-        self._tasks.add(asyncio.ensure_future(self.deactivate(session_id)))
+        task = asyncio.ensure_future(self.deactivate(session_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)  # a finished deactivation is not kept
 
     @staticmethod
     def _idle(hosted: _Hosted) -> bool:

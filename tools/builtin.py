@@ -26,6 +26,9 @@ __all__ = ["BUILTIN_TOOLS", "add_to_cart", "cart", "clear_carts", "lookup_price"
 _RECENT_CALLS: Final = 1024
 """Call ids remembered per session for idempotency: a rerun concerns a recent call, and a
 long benchmark must not grow without bound."""
+_RECENT_CARTS: Final = 10_000
+"""Carts kept in a process (the least recently used goes first): a demo host serving session
+after session must not grow without bound either."""
 
 
 class _Cart:
@@ -38,7 +41,7 @@ class _Cart:
         self.applied: OrderedDict[str, None] = OrderedDict()
 
 
-_carts: dict[str, _Cart] = {}
+_carts: OrderedDict[str, _Cart] = OrderedDict()
 # Sync code never touches the carts, but Ray hosts may run event loops on several threads.
 _lock = threading.Lock()
 
@@ -61,6 +64,10 @@ async def add_to_cart(slug: str, qty: int = 1, *, ctx: ToolContext) -> str:
         session = _carts.get(ctx.session_id)
         if session is None:
             session = _carts[ctx.session_id] = _Cart()
+            if len(_carts) > _RECENT_CARTS:
+                _carts.popitem(last=False)
+        else:
+            _carts.move_to_end(ctx.session_id)
         if ctx.call_id not in session.applied:
             session.items[slug] = session.items.get(slug, 0) + qty
             session.applied[ctx.call_id] = None

@@ -1,0 +1,67 @@
+"""What a host keeps after its sessions are gone: nothing per session (long-running hosts)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from actors.local import LocalRuntime
+from orchestrator.agent import Agent
+from orchestrator.testing import ScriptedModel
+from tools import ToolContext, builtin
+
+TIMEOUT = 10
+
+
+async def test_sessions_that_leave_memory_on_their_own_leave_nothing_behind() -> None:
+    rt = LocalRuntime(idle_timeout=0.05)
+    await rt.start()
+    try:
+        agent = Agent("a", "x", ScriptedModel([[{"text": "Done."}]], per_turn=True))
+        turns = [await rt.session(f"s-{i}", agent=agent).prompt("hi") for i in range(30)]
+        assert all(r.success for r in await asyncio.wait_for(asyncio.gather(*(t.finished for t in turns)), TIMEOUT))
+        host = rt.host
+        assert host is not None
+        for _ in range(200):  # each leaves after 50 ms of quiet
+            if not host.hosted:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)
+        assert not host.hosted
+        assert not host._tasks  # each finished deactivation was let go
+        assert not host._turn_watches
+    finally:
+        await rt.close()
+
+
+async def test_the_demo_cart_keeps_a_bounded_number_of_sessions(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(builtin, "_RECENT_CARTS", 3)
+    builtin.clear_carts()
+    for i in range(5):
+        ctx = ToolContext(session_id=f"s-{i}", call_id=f"c-{i}", turn_id="t1")
+        assert await builtin.add_to_cart.fn("mug", 1, ctx=ctx) == "Added."
+    assert [builtin.cart(f"s-{i}") for i in range(5)] == [{}, {}, {"mug": 1}, {"mug": 1}, {"mug": 1}]
+    builtin.clear_carts()
+
+
+async def test_a_client_that_stops_following_lets_the_host_drop_the_sessions_at_once() -> None:
+    rt = LocalRuntime()
+    await rt.start()
+    try:
+        agent = Agent("a", "x", ScriptedModel([[{"text": "Done."}]], per_turn=True))
+        sessions = [rt.session(f"f-{i}", agent=agent) for i in range(10)]
+        views = [await s.live() for s in sessions]
+        for session in sessions:
+            assert (await asyncio.wait_for((await session.prompt("hi")).finished, TIMEOUT)).success
+        host = rt.host
+        assert host is not None and len(host.hub._channels) == 10
+        for view in views:
+            await view.close()
+        for _ in range(20):  # well before the 5 s a waiting poll would take to come back by itself
+            if not host.hub._channels:
+                break
+            await asyncio.sleep(0.05)
+        assert not host.hub._channels
+    finally:
+        await rt.close()

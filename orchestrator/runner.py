@@ -684,6 +684,7 @@ class SessionRunner:
                     calls.append({"id": part.id, "name": part.name})
                 await stream.put(part)
             if signal.cancelled:
+                stream.cancel()
                 return
             if self.agent.message_metadata is not None:
                 meta = self.agent.message_metadata(MetadataContext("finish", self.log.state, usage, reason))
@@ -706,6 +707,8 @@ class SessionRunner:
             if code is not None:
                 failed["code"] = ended["code"] = code
             await stream.close([Event("", ai.STEP_FAILED, failed), Event("", ai.TURN_FINISHED, ended)])
+        finally:
+            stream.leave()  # however the step ended, it no longer streams
 
     async def _maybe_compact(
         self, model: ModelAdapter, instructions: str | None, specs: list[ToolSpec], signal: CancelSignal
@@ -1062,18 +1065,19 @@ class _StepStream:
 
     async def close(self, final: Sequence[Event]) -> None:
         """Flush what is left together with the step's final events, in one batch."""
-        self._leave()
+        self.leave()
         if self.flushing is not None and not self.flushing.done():
             await self.flushing
         await self._flush(final)
 
     def cancel(self) -> None:
-        self._leave()
+        self.leave()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
+        """The step no longer streams: its share of the write budget goes back (once)."""
         if self.pacer is not None:
             self.pacer.leave()
             self.pacer = None

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator import builtin as ai
 from orchestrator.agent import Agent
-from orchestrator.commands import SendInput
+from orchestrator.commands import SendInput, StopTurn
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.pacing import StreamPacer
 from orchestrator.runner import SessionRunner
@@ -67,3 +67,35 @@ def test_the_interval_follows_the_streams_and_never_drops_below_the_floor() -> N
     assert pacer.interval(0.5) == 0.5
     with pytest.raises(ValueError, match="positive"):
         StreamPacer(budget=0)
+
+
+class StoppableModel(SlowModel):
+    """Streams until stopped, then ends its stream quietly, as an HTTP client closing it may."""
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        for i in range(400):
+            yield TextDelta(f"c{i} ")
+            try:
+                await asyncio.sleep(0.005)
+            except asyncio.CancelledError:
+                return  # the stop's cancellation ends the stream instead of propagating
+
+
+async def test_a_stopped_step_gives_its_share_of_the_budget_back() -> None:
+    pacer = StreamPacer(budget=1000)
+    store = open_store("memory://")
+    runner = await SessionRunner.open(store, "stop", Agent("a", "x", StoppableModel()), pacer=pacer)
+    try:
+        await runner.submit(SendInput("u-stop", "go"))
+        await runner.wait_for(lambda s: bool(s.messages) and bool(s.messages[-1].text), TIMEOUT)
+        assert pacer.streaming == 1
+        await runner.submit(StopTurn("stop-1", runner.state.active.id if runner.state.active else ""))
+        outcome = await runner.wait_input("u-stop", timeout=TIMEOUT)
+        assert outcome.outcome == "stopped"
+        for _ in range(100):
+            if pacer.streaming == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert pacer.streaming == 0
+    finally:
+        await runner.close()

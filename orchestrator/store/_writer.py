@@ -165,11 +165,7 @@ class GroupCommitWriter:
             if not begun:
                 _begin_immediate(conn, self.busy_timeout)
         except sqlite3.Error as error:
-            self._fail_all(
-                jobs,
-                f"could not start a write transaction ({error}); another process may hold the "
-                "write lock for longer than busy_timeout",
-            )
+            self._fail_all(jobs, _lock_timeout(error))
             return
         try:
             for job in jobs:
@@ -296,7 +292,7 @@ class InlineGroupWriter(GroupCommitWriter):
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            if not _lock_busy(error):
                 jobs, self._pending = self._pending, []
                 self._fail_all(jobs, f"could not start a write transaction ({error})")
                 return False
@@ -306,13 +302,9 @@ class InlineGroupWriter(GroupCommitWriter):
             elif now - self._busy_since > self.busy_timeout:
                 self._busy_since = None
                 jobs, self._pending = self._pending, []
-                self._fail_all(
-                    jobs,
-                    f"could not start a write transaction ({error}); another process may hold the "
-                    "write lock for longer than busy_timeout",
-                )
+                self._fail_all(jobs, _lock_timeout(error))
                 return False
-            self._retry = min(self._retry * 1.5, 0.002) if self._retry else 0.0001
+            self._retry = _next_retry(self._retry)
             self._scheduled = True
             asyncio.get_running_loop().call_later(self._retry, self._run_pending)
             return False
@@ -338,6 +330,27 @@ class InlineGroupWriter(GroupCommitWriter):
             conn.close()
 
 
+_FIRST_RETRY: Final = 0.0001
+_LAST_RETRY: Final = 0.002
+
+
+def _lock_busy(error: sqlite3.OperationalError) -> bool:
+    """Whether ``error`` means another connection holds the write lock (retry, do not fail)."""
+    return error.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _next_retry(delay: float) -> float:
+    """The wait before the next attempt to take the write lock (``0``: the first attempt failed)."""
+    return min(delay * 1.5, _LAST_RETRY) if delay else _FIRST_RETRY
+
+
+def _lock_timeout(error: sqlite3.Error) -> str:
+    return (
+        f"could not start a write transaction ({error}); another process may hold the "
+        "write lock for longer than busy_timeout"
+    )
+
+
 def _begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
     """Take the write lock, retrying every fraction of a millisecond while another process holds it.
 
@@ -347,18 +360,16 @@ def _begin_immediate(conn: sqlite3.Connection, busy_timeout: float) -> None:
     is zero) keeps the handoff fast; ``busy_timeout`` still bounds the wait.
     """
     deadline = time.monotonic() + busy_timeout
-    delay = 0.0001
+    delay = _next_retry(0.0)
     while True:
         try:
             conn.execute("BEGIN IMMEDIATE")
             return
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                raise
-            if time.monotonic() > deadline:
+            if not _lock_busy(error) or time.monotonic() > deadline:
                 raise
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.002)
+            delay = _next_retry(delay)
 
 
 def _as_store_error(error: TroupeError | sqlite3.Error) -> TroupeError:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+
+from actors.local import LocalRuntime
 
 
 @pytest.fixture(autouse=True)
@@ -18,3 +20,12 @@ def _no_ray(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
         monkeypatch.setattr(ray, "init", refuse)
     yield
+
+
+@pytest.fixture
+async def rt() -> AsyncIterator[LocalRuntime]:
+    """A started in-process runtime on a memory store, closed after the test."""
+    runtime = LocalRuntime()
+    await runtime.start()
+    yield runtime
+    await runtime.close()

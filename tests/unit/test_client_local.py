@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -40,14 +40,6 @@ def flags(state: Mapping[str, Any], event: Event) -> Mapping[str, Any]:
 
 def agent(*steps: list[dict[str, Any]], per_turn: bool = True, **options: Any) -> Agent:
     return Agent("a", "x", ScriptedModel(list(steps), per_turn=per_turn), **options)
-
-
-@pytest.fixture
-async def rt() -> AsyncIterator[LocalRuntime]:
-    runtime = LocalRuntime()
-    await runtime.start()
-    yield runtime
-    await runtime.close()
 
 
 async def test_prompt_resolves_with_the_final_text_and_live_mirrors_the_state(rt: LocalRuntime) -> None:

@@ -45,23 +45,18 @@ async def test_the_demo_cart_keeps_a_bounded_number_of_sessions(monkeypatch: pyt
     builtin.clear_carts()
 
 
-async def test_a_client_that_stops_following_lets_the_host_drop_the_sessions_at_once() -> None:
-    rt = LocalRuntime()
-    await rt.start()
-    try:
-        agent = Agent("a", "x", ScriptedModel([[{"text": "Done."}]], per_turn=True))
-        sessions = [rt.session(f"f-{i}", agent=agent) for i in range(10)]
-        views = [await s.live() for s in sessions]
-        for session in sessions:
-            assert (await asyncio.wait_for((await session.prompt("hi")).finished, TIMEOUT)).success
-        host = rt.host
-        assert host is not None and len(host.hub._channels) == 10
-        for view in views:
-            await view.close()
-        for _ in range(20):  # well before the 5 s a waiting poll would take to come back by itself
-            if not host.hub._channels:
-                break
-            await asyncio.sleep(0.05)
-        assert not host.hub._channels
-    finally:
-        await rt.close()
+async def test_a_client_that_stops_following_lets_the_host_drop_the_sessions_at_once(rt: LocalRuntime) -> None:
+    agent = Agent("a", "x", ScriptedModel([[{"text": "Done."}]], per_turn=True))
+    sessions = [rt.session(f"f-{i}", agent=agent) for i in range(10)]
+    views = [await s.live() for s in sessions]
+    for session in sessions:
+        assert (await asyncio.wait_for((await session.prompt("hi")).finished, TIMEOUT)).success
+    host = rt.host
+    assert host is not None and len(host.hub._channels) == 10
+    for view in views:
+        await view.close()
+    for _ in range(20):  # well before the 5 s a waiting poll would take to come back by itself
+        if not host.hub._channels:
+            break
+        await asyncio.sleep(0.05)
+    assert not host.hub._channels

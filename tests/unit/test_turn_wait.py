@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from actors.hub import MutationHub, WaitFailed
 from actors.local import LocalRuntime
@@ -18,14 +15,6 @@ TIMEOUT = 10
 
 def agent() -> Agent:
     return Agent("a", "x", ScriptedModel([[{"text": "Done.", "chunk": 2}]], per_turn=True))
-
-
-@pytest.fixture
-async def rt() -> AsyncIterator[LocalRuntime]:
-    runtime = LocalRuntime()
-    await runtime.start()
-    yield runtime
-    await runtime.close()
 
 
 def record_calls(rt: LocalRuntime) -> list[str]:

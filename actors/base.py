@@ -10,9 +10,9 @@ from actors.host import TURN_WAIT_LIMIT
 from actors.hub import WaitFailed
 from actors.registry import agent_blob
 from actors.transport import Transport
-from orchestrator.agent import Agent
-from orchestrator.errors import UsageError
-from orchestrator.runner import TurnOutcome
+from orchestrator.core.errors import UsageError
+from orchestrator.core.turn import TurnOutcome
+from orchestrator.run.agent import Agent
 from orchestrator.store.base import EventStore
 
 __all__ = ["BaseRuntime"]

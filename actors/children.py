@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from actors.host import SessionMoved
 from actors.options import ACTOR_ERRORS
-from orchestrator.agent import Agent
-from orchestrator.aistate import Receipt
-from orchestrator.children import ChildRequest, ChildResult, Deliver
-from orchestrator.commands import Respond
+from orchestrator.core.aistate import Receipt
+from orchestrator.core.commands import Respond
+from orchestrator.run.agent import Agent
+from orchestrator.run.children import ChildRequest, ChildResult, Deliver
 
 if TYPE_CHECKING:
     from actors.host import SessionHost

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from actors.hub import WaitFailed
 from actors.options import ACTOR_ERRORS
-from orchestrator.aistate import AIState, Receipt
-from orchestrator.commands import (
+from orchestrator.core.aistate import AIState, Receipt
+from orchestrator.core.commands import (
     EditInput,
     MoveInput,
     PauseSession,
@@ -28,13 +27,14 @@ from orchestrator.commands import (
     SendInput,
     SendNow,
 )
-from orchestrator.contract import Reducer
-from orchestrator.errors import UsageError
-from orchestrator.events import Event
-from orchestrator.log import Snapshot
-from orchestrator.mutations import ClientView
-from orchestrator.parts import AgentMessage, Role
-from orchestrator.runner import TurnOutcome
+from orchestrator.core.contract import Reducer
+from orchestrator.core.errors import UsageError
+from orchestrator.core.events import Event
+from orchestrator.core.ids import new_id
+from orchestrator.core.mutations import ClientView
+from orchestrator.core.parts import AgentMessage, Role
+from orchestrator.core.turn import TurnOutcome
+from orchestrator.run.log import Snapshot
 
 if TYPE_CHECKING:
     from actors.base import BaseRuntime as Runtime
@@ -45,11 +45,6 @@ T = TypeVar("T")
 _ACTOR_ERRORS = ACTOR_ERRORS
 WAIT_WAKE = 0.01
 """Seconds a new turn wait may ride on the next poll before the waiting poll is ended for it."""
-
-
-def new_id(prefix: str = "msg") -> str:
-    """A fresh id for a command or an input."""
-    return f"{prefix}-{uuid.uuid4().hex}"
 
 
 class Mutation(dict[str, Any]):
@@ -244,7 +239,7 @@ class Session:
 
     async def info(self) -> dict[str, Any]:
         """Executing, paused, queued inputs and the active turn."""
-        from orchestrator.mutations import info_of
+        from orchestrator.core.mutations import info_of
 
         snapshot = await self.state()
         return {**info_of(snapshot.state), "index": snapshot.index}
@@ -387,7 +382,7 @@ class Poller:
     def __init__(self, runtime: Runtime, host: str) -> None:
         self.runtime = runtime
         self.host = host
-        self.id = f"poller-{uuid.uuid4().hex}"
+        self.id = new_id("poller")
         self.cursors: dict[str, int] = {}
         self.subscribers: dict[str, list[Subscription]] = {}
         self.task: asyncio.Task[None] | None = None

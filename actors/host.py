@@ -27,20 +27,21 @@ import structlog
 from actors.hub import MutationHub, WaitFailed
 from actors.registry import AgentRegistry
 from actors.router import Router
-from orchestrator.agent import Agent
-from orchestrator.aistate import AIState
-from orchestrator.children import ChildBatch, ChildRequest, ChildResult, NestedForwarder
-from orchestrator.commands import Command, PauseSession, ResumeSession, SendInput, StopTurn
-from orchestrator.errors import TroupeError, UsageError
-from orchestrator.events import Event
-from orchestrator.gc_tuning import tune_gc
-from orchestrator.local import drive_child
-from orchestrator.log import Applied
-from orchestrator.mutations import diff
-from orchestrator.pacing import StreamPacer
-from orchestrator.runner import SessionRunner
+from orchestrator.core.aistate import AIState
+from orchestrator.core.commands import Command, PauseSession, ResumeSession, SendInput, StopTurn
+from orchestrator.core.errors import TroupeError, UsageError
+from orchestrator.core.events import Event
+from orchestrator.core.ids import child_agent_key, command_id
+from orchestrator.core.mutations import diff
+from orchestrator.core.wire import pack, unpack
+from orchestrator.run.agent import Agent
+from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult, NestedForwarder
+from orchestrator.run.gc_tuning import tune_gc
+from orchestrator.run.inprocess import drive_child
+from orchestrator.run.log import Applied
+from orchestrator.run.pacing import StreamPacer
+from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
-from orchestrator.wire import pack, unpack
 
 __all__ = ["HostOptions", "SessionHost", "SessionMoved"]
 
@@ -77,7 +78,7 @@ class HostOptions:
     flush_parts: int = 256
     """Parts that force a flush."""
     flush_budget: float = 1000.0
-    """Stream writes per second the host's streaming steps share (``orchestrator.pacing``)."""
+    """Stream writes per second the host's streaming steps share (``orchestrator.run.pacing``)."""
     nested_delay: float = 0.01
     """Seconds a sub-agent's batch may wait for others to share the parent's write."""
     poll_linger: float = 0.002
@@ -107,7 +108,7 @@ class SessionHost:
 
     def __init__(self, name: str, options: HostOptions) -> None:
         if not options.extra.get("local"):
-            tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.gc_tuning)
+            tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.run.gc_tuning)
         self.name = name
         self.options = options
         self.store = open_store(_with_writer(options.store, options.sqlite_writer))
@@ -555,7 +556,7 @@ class SessionHost:
         hosted = self.hosted.get(child_id)
         if hosted is not None:
             return hosted
-        child_key = f"{root_key}#{agent.name}"
+        child_key = child_agent_key(root_key, agent.name)
         if child_key not in self.registry._cache:
             root = await self.registry.get(root_key)
             sub = root.find(agent.name)
@@ -597,11 +598,11 @@ class SessionHost:
             return
         command: Command
         if action == "stop":
-            command = StopTurn(_command_id())
+            command = StopTurn(command_id())
         elif action == "pause":
-            command = PauseSession(_command_id(), "now" if when == "now" else "after-turn")
+            command = PauseSession(command_id(), "now" if when == "now" else "after-turn")
         else:
-            command = ResumeSession(_command_id())
+            command = ResumeSession(command_id())
         await hosted.runner.submit(command)
 
     async def shutdown(self) -> None:
@@ -623,9 +624,3 @@ def _with_writer(url: str, writer: str) -> str:
     if url.startswith("sqlite:") and "?" not in url and writer != "thread":
         return f"{url}?writer={writer}"
     return url
-
-
-def _command_id() -> str:
-    import uuid
-
-    return f"cmd-{uuid.uuid4().hex}"

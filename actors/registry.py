@@ -12,8 +12,8 @@ from typing import Any
 
 from ray import cloudpickle
 
-from orchestrator.agent import Agent
-from orchestrator.errors import UsageError
+from orchestrator.core.errors import UsageError
+from orchestrator.run.agent import Agent
 from orchestrator.store.base import EventStore
 
 __all__ = ["AgentRegistry", "agent_blob"]

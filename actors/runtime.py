@@ -32,8 +32,8 @@ from actors.options import DEFAULT_NAMESPACE, SUPERVISOR_NAME, head_node, host_a
 from actors.router import Router
 from actors.supervisor import Supervisor
 from actors.transport import RayTransport
-from orchestrator.agent import Agent
-from orchestrator.errors import UsageError
+from orchestrator.core.errors import UsageError
+from orchestrator.run.agent import Agent
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase
-from orchestrator.errors import (
+from orchestrator.core.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase
+from orchestrator.core.errors import (
     ConcurrencyConflict,
     ConfigError,
     ModelError,
@@ -22,7 +22,7 @@ from orchestrator.errors import (
     TroupeError,
     UsageError,
 )
-from orchestrator.parts import (
+from orchestrator.core.parts import (
     AgentMessage,
     CompactionPart,
     DataPart,
@@ -32,9 +32,9 @@ from orchestrator.parts import (
     TextPart,
     ToolPart,
 )
-from orchestrator.reducer import resumable, session_reducer
-from orchestrator.state import SessionError, SessionState
-from orchestrator.stream import (
+from orchestrator.core.reducer import resumable, session_reducer
+from orchestrator.core.state import SessionError, SessionState
+from orchestrator.core.stream import (
     AgentStreamPart,
     CompactionUpdate,
     DataUpdate,
@@ -50,15 +50,15 @@ from orchestrator.stream import (
     ToolInputDelta,
     ToolResult,
 )
-from orchestrator.wire import parse_action, parse_message, parse_part, parse_state
+from orchestrator.core.wire import parse_action, parse_message, parse_part, parse_state
 
 if TYPE_CHECKING:
     from actors.local import LocalRuntime
     from actors.runtime import Runtime
-    from orchestrator.agent import Agent
-    from orchestrator.contract import Contract, Reducer
+    from orchestrator.core.contract import Contract, Reducer
     from orchestrator.models.openai import OpenAIChatModel
     from orchestrator.models.scripted import ScriptedModel
+    from orchestrator.run.agent import Agent
     from orchestrator.store import open_store
     from tools import ToolContext, tool
 
@@ -125,11 +125,11 @@ __all__ = [
 # name -> module that defines it, imported on first access so `import orchestrator` stays light
 # and never imports Ray (the dependency direction of DESIGN.md §1).
 _LAZY = {
-    "Agent": "orchestrator.agent",
-    "Contract": "orchestrator.contract",
+    "Agent": "orchestrator.run.agent",
+    "Contract": "orchestrator.core.contract",
     "LocalRuntime": "actors.local",
     "OpenAIChatModel": "orchestrator.models.openai",
-    "Reducer": "orchestrator.contract",
+    "Reducer": "orchestrator.core.contract",
     "Runtime": "actors.runtime",
     "ScriptedModel": "orchestrator.models.scripted",
     "ToolContext": "tools",

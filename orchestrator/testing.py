@@ -4,20 +4,25 @@
 - ``FunctionModel``: a model whose step is computed by a function of the request, in the
   scripted item format (or as stream parts), for tests that need to look at the prompt.
 - ``MemoryStore``: the in-memory event store.
+- ``eventually``: wait until a condition on observable state holds (never ``sleep`` to synchronise).
+- ``Gate``: a point a test holds work at, and opens when it has seen what it needs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
+from orchestrator.core.stream import AgentStreamPart, StepFinish
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.store.memory import MemoryStore
-from orchestrator.stream import AgentStreamPart, StepFinish
 
-__all__ = ["FunctionModel", "MemoryStore", "ScriptedModel"]
+__all__ = ["FunctionModel", "Gate", "MemoryStore", "ScriptedModel", "eventually"]
+
+T = TypeVar("T")
 
 StepFunction = Callable[[ModelRequest], Sequence[Mapping[str, Any] | AgentStreamPart]]
 
@@ -70,3 +75,78 @@ class FunctionModel:
             await asyncio.sleep(0)
         if not finished:
             yield StepFinish(None, "stop")
+
+
+async def eventually(
+    predicate: Callable[[], T | Awaitable[T]],
+    timeout: float = 10.0,
+    *,
+    interval: float = 0.005,
+    what: str | None = None,
+) -> T:
+    """The first truthy value of ``predicate()`` (sync or async), checked until ``timeout``.
+
+    For waiting on state another task or process changes, where no event says it changed. The
+    interval only sets how soon a change is seen: the test's result never depends on it.
+
+    Raises:
+        TimeoutError: naming ``what`` (or the predicate) and the timeout.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if loop.time() >= deadline:
+            name = what or getattr(predicate, "__name__", repr(predicate))
+            raise TimeoutError(f"{name} did not hold within {timeout} s")
+        await asyncio.sleep(interval)
+
+
+class Gate:
+    """A point where work waits until the test opens it, and that tells the test work arrived.
+
+    ``await gate.wait()`` in the code under test (a tool, a model) marks it reached and blocks
+    until ``gate.open()``; the test awaits ``gate.reached`` to know the work is there. A gate
+    opened before it is reached lets the work straight through.
+    """
+
+    def __init__(self) -> None:
+        self._open = asyncio.Event()
+        self._reached = asyncio.Event()
+        self.count = 0
+        """How many times work has reached the gate."""
+
+    async def wait(self) -> None:
+        """Reach the gate, and wait until it is open."""
+        self.count += 1
+        self._reached.set()
+        await self._open.wait()
+
+    async def reached(self, timeout: float = 10.0) -> None:
+        """Wait until work has reached the gate.
+
+        Raises:
+            TimeoutError: nothing reached it within ``timeout``.
+        """
+        try:
+            await asyncio.wait_for(self._reached.wait(), timeout)
+        except TimeoutError:
+            raise TimeoutError(f"nothing reached the gate within {timeout} s") from None
+
+    def open(self) -> None:
+        """Let every waiting (and later) arrival through."""
+        self._open.set()
+
+    def close(self) -> None:
+        """Hold later arrivals again (and forget that work arrived)."""
+        self._open.clear()
+        self._reached.clear()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether arrivals pass."""
+        return self._open.is_set()

@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final, Literal, TypeAlias
 
-from orchestrator._json import JsonObject, JsonValue
+from orchestrator.core._json import JsonObject, JsonValue
 
 __all__ = [
     "ErrorReply",

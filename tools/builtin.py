@@ -3,7 +3,7 @@
 They back the shipped configs (``configs/shop.yaml``, ``configs/openai.yaml``) and the benchmark,
 so they are cheap and deterministic: each sleeps a millisecond or two, as a fast service would,
 and returns a fixed answer. Configs name them by their registered names (``add_to_cart``,
-``lookup_price``); ``BUILTIN_TOOLS`` is what ``orchestrator.config`` registers.
+``lookup_price``); ``BUILTIN_TOOLS`` is what ``orchestrator.surfaces.config`` registers.
 
 The cart lives in this process, one per session. ``add_to_cart`` is ``recovery="report"``: a
 crash mid-call is reported to the model rather than rerun, because adding twice must not happen

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator._json import JsonValue
+from orchestrator.core._json import JsonValue
 from orchestrator.models.base import CancelSignal
 
 __all__ = ["ToolContext"]

@@ -20,8 +20,8 @@ from typing import Any, Literal, TypeAlias, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import to_jsonable_python
 
-from orchestrator._json import JsonObject, JsonValue
-from orchestrator.errors import ToolError, UsageError
+from orchestrator.core._json import JsonObject, JsonValue
+from orchestrator.core.errors import ToolError, UsageError
 from orchestrator.models.base import CancelSignal, ToolSpec
 from tools.context import ToolContext
 

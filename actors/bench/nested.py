@@ -31,14 +31,14 @@ import ray
 
 from actors.router import rendezvous
 from actors.runtime import Runtime
-from orchestrator import builtin as ai
-from orchestrator.agent import Agent
-from orchestrator.events import Event
-from orchestrator.fold import fold_events
+from orchestrator.core import event_types as ai
+from orchestrator.core.events import Event
+from orchestrator.core.fold import fold_events
+from orchestrator.core.parts import ToolPart
+from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.models.scripted import ScriptedModel
-from orchestrator.parts import ToolPart
-from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
+from orchestrator.run.agent import Agent
 
 __all__ = ["bench_actors", "format_actors"]
 

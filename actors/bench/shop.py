@@ -38,9 +38,9 @@ import psutil
 
 from actors.client import LiveView, Session
 from actors.runtime import Runtime
-from orchestrator.agent import Agent
+from orchestrator.core.parts import AgentMessage, TextPart, ToolPart
 from orchestrator.models.scripted import ScriptedModel
-from orchestrator.parts import AgentMessage, TextPart, ToolPart
+from orchestrator.run.agent import Agent
 from tools.builtin import add_to_cart, lookup_price
 
 __all__ = ["PROMPTS", "ShopFigures", "bench_shop", "format_shop", "shop_agent", "verify_turn"]

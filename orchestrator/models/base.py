@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from orchestrator._json import JsonObject, JsonValue
-from orchestrator.parts import AgentMessage
-from orchestrator.stream import AgentStreamPart
+from orchestrator.core._json import JsonObject, JsonValue
+from orchestrator.core.parts import AgentMessage
+from orchestrator.core.stream import AgentStreamPart
 
 __all__ = ["CancelSignal", "ModelAdapter", "ModelRequest", "ToolSpec"]
 

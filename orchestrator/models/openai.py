@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from orchestrator._json import JsonObject, JsonValue
-from orchestrator.errors import ConfigError, ModelError
+from orchestrator.core._json import JsonObject, JsonValue
+from orchestrator.core.errors import ConfigError, ModelError
+from orchestrator.core.parts import AgentMessage, TextPart, ToolPart
+from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
 from orchestrator.models.base import CancelSignal, ModelRequest, ToolSpec
-from orchestrator.parts import AgentMessage, TextPart, ToolPart
-from orchestrator.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
 
 if TYPE_CHECKING:
     import openai

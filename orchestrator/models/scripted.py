@@ -24,11 +24,11 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from orchestrator._json import JsonValue
-from orchestrator.errors import ConfigError, ModelError
+from orchestrator.core._json import JsonValue
+from orchestrator.core.errors import ConfigError, ModelError
+from orchestrator.core.state import ERROR_CODES
+from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall
 from orchestrator.models.base import CancelSignal, ModelRequest
-from orchestrator.state import ERROR_CODES
-from orchestrator.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall
 
 __all__ = ["ScriptedModel", "check_script"]
 

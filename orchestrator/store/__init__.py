@@ -18,7 +18,7 @@ import re
 import threading
 from collections.abc import Callable
 
-from orchestrator.errors import UsageError
+from orchestrator.core.errors import UsageError
 from orchestrator.store.base import AppendBatch, AppendResult, EventStore, SessionSummary, Snapshot
 from orchestrator.store.memory import MemoryStore, open_memory_store
 from orchestrator.store.sqlite import SqliteStore

@@ -1,6 +1,6 @@
 """How payloads are stored: msgpack, deflated when that pays, compared by decoded value.
 
-Every backend keeps a payload as the msgpack bytes of its JSON value (``orchestrator.wire.pack``).
+Every backend keeps a payload as the msgpack bytes of its JSON value (``orchestrator.core.wire.pack``).
 The SQLite backend additionally deflates large blobs: a stored blob that begins with the byte
 ``0xC1`` is raw deflate of the msgpack bytes. ``0xC1`` is the one byte msgpack never uses, so
 the two forms cannot be confused and no column is spent on a flag. Stream events repeat
@@ -14,8 +14,8 @@ from __future__ import annotations
 import zlib
 from typing import Final, cast
 
-from orchestrator._json import JsonObject, JsonValue
-from orchestrator.wire import unpack
+from orchestrator.core._json import JsonObject, JsonValue
+from orchestrator.core.wire import unpack
 
 __all__ = ["compress", "decode", "decompress", "json_equal", "same_payload"]
 

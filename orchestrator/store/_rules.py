@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.errors import ConcurrencyConflict, PartialDuplicateBatch
-from orchestrator.events import AppendResult
+from orchestrator.core.errors import ConcurrencyConflict, PartialDuplicateBatch
+from orchestrator.core.events import AppendResult
 from orchestrator.store._codec import same_payload
 from orchestrator.store._validate import PreparedBatch
 

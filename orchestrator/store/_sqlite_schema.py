@@ -30,7 +30,7 @@ import sqlite3
 import time
 from typing import Final
 
-from orchestrator.errors import StoreError
+from orchestrator.core.errors import StoreError
 
 __all__ = ["SCHEMA_VERSION", "connect_reader", "connect_writer", "stores_derived_ids"]
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from orchestrator.errors import PartialDuplicateBatch, StoreError, UsageError
-from orchestrator.events import Event
+from orchestrator.core.errors import PartialDuplicateBatch, StoreError, UsageError
+from orchestrator.core.events import Event
+from orchestrator.core.wire import pack
 from orchestrator.store.base import AppendBatch
-from orchestrator.wire import pack
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -109,7 +109,8 @@ def check_snapshot(session_id: object, reducer: object, index: object, data: obj
     _check_index(index, "snapshot index")
     if not isinstance(data, bytes | bytearray | memoryview):
         raise UsageError(
-            f"snapshot data must be bytes, got {type(data).__name__}: encode the state first (orchestrator.wire.pack)"
+            f"snapshot data must be bytes, got {type(data).__name__}: "
+            "encode the state first (orchestrator.core.wire.pack)"
         )
     return bytes(data)
 
@@ -152,7 +153,7 @@ def _prepare_event(event: object, position: int, trusted: bool = False) -> Prepa
     if not isinstance(event, Event):
         raise UsageError(
             f"events[{position}] is a {type(event).__name__}, not an Event: "
-            "build it with orchestrator.events.Event(id=..., type=..., payload=...)"
+            "build it with orchestrator.core.events.Event(id=..., type=..., payload=...)"
         )
     event_id = check_id(event.id, f"events[{position}] event id")
     event_type = check_id(event.type, f"event {event_id!r} type")
@@ -167,7 +168,7 @@ def _prepare_event(event: object, position: int, trusted: bool = False) -> Prepa
         path, what = problem
         raise UsageError(
             f"event {event_id!r}: payload{path} {what}; payloads must be JSON ({_JSON_KINDS}): "
-            "convert it (e.g. with orchestrator.wire.part_to_wire) before appending"
+            "convert it (e.g. with orchestrator.core.wire.part_to_wire) before appending"
         )
     return PreparedEvent(event_id, event_type, float(at), pack(payload))
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from orchestrator.errors import StoreError, TroupeError
+from orchestrator.core.errors import StoreError, TroupeError
 
 __all__ = ["GroupCommitWriter", "InlineGroupWriter"]
 

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from orchestrator.errors import StoreError
-from orchestrator.events import AppendResult, Event
+from orchestrator.core.errors import StoreError
+from orchestrator.core.events import AppendResult, Event
 
 __all__ = ["AppendBatch", "AppendResult", "EventStore", "SessionSummary", "Snapshot"]
 

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator.errors import StoreError
-from orchestrator.events import AppendResult, Event
+from orchestrator.core.errors import StoreError
+from orchestrator.core.events import AppendResult, Event
 from orchestrator.store._codec import decode
 from orchestrator.store._rules import StoredEvent, conflict, replay_result
 from orchestrator.store._validate import (

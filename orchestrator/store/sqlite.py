@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
 
-from orchestrator.errors import StoreError, UsageError
-from orchestrator.events import RESERVED_ID_PREFIX, AppendResult, Event
+from orchestrator.core.errors import StoreError, UsageError
+from orchestrator.core.events import AppendResult, Event
+from orchestrator.core.ids import derived_event_prefix
 from orchestrator.store._codec import compress, decode
 from orchestrator.store._rules import StoredEvent, conflict, replay_result
 from orchestrator.store._sqlite_schema import connect_reader, connect_writer, stores_derived_ids
@@ -255,7 +256,7 @@ class SqliteStore:
         the GIL.
         """
         hook = self._after_row
-        derived = f"{RESERVED_ID_PREFIX}{batch.session_id}#" if derive else None
+        derived = derived_event_prefix(batch.session_id) if derive else None
         for offset, event in enumerate(batch.events, start=1):
             index = last + offset
             event_id: str | None = event.id
@@ -277,7 +278,7 @@ class SqliteStore:
 
         def select(conn: sqlite3.Connection) -> list[Event]:
             rows = conn.execute(_SELECT_EVENTS, (sid, start, -1 if count is None else count)).fetchall()
-            derived = f"{RESERVED_ID_PREFIX}{sid}#"
+            derived = derived_event_prefix(sid)
             return [
                 Event(event_id or f"{derived}{idx}", kind, decode(blob), at, sid, idx)
                 for idx, event_id, kind, at, blob in rows
@@ -395,7 +396,7 @@ def _open_writer(path: str, busy_timeout: float) -> sqlite3.Connection:
 
 def _derived_index(event_id: str, session_id: str) -> int | None:
     """The index a derived id (``troupe:<session>#<index>``) names, else ``None``."""
-    prefix = f"{RESERVED_ID_PREFIX}{session_id}#"
+    prefix = derived_event_prefix(session_id)
     if event_id.startswith(prefix):
         number = event_id[len(prefix) :]
         if number.isdigit():

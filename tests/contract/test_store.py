@@ -14,10 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator._json import JsonObject, JsonValue
-from orchestrator.bench.store import measure_session_bytes
-from orchestrator.errors import ConcurrencyConflict, PartialDuplicateBatch, StoreError, UsageError
-from orchestrator.events import AppendResult, Event
+from orchestrator.core._json import JsonObject, JsonValue
+from orchestrator.core.errors import ConcurrencyConflict, PartialDuplicateBatch, StoreError, UsageError
+from orchestrator.core.events import AppendResult, Event
 from orchestrator.store import (
     AppendBatch,
     EventStore,
@@ -28,6 +27,7 @@ from orchestrator.store import (
     open_store,
     register_backend,
 )
+from orchestrator.surfaces.bench.store import measure_session_bytes
 
 
 def ev(event_id: str, kind: str = "note", payload: JsonObject | None = None, *, at: float = 0.0) -> Event:

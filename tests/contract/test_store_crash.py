@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Final
 
-from orchestrator.events import Event
+from orchestrator.core.events import Event
 from orchestrator.store import SqliteStore
 
 BATCH: Final = 50

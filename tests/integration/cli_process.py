@@ -21,9 +21,9 @@ def cli_env(**extra: str) -> dict[str, str]:
 def troupe(
     *args: str, cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m orchestrator.cli ARGS`` in ``cwd`` (keep it short: Ray's socket paths live under it)."""
+    """``python -m orchestrator.surfaces.cli.main ARGS`` in ``cwd`` (short: Ray's socket paths live under it)."""
     return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
+        [sys.executable, "-m", "orchestrator.surfaces.cli.main", *args],
         cwd=cwd,
         env=env or cli_env(),
         capture_output=True,

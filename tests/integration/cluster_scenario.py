@@ -20,9 +20,9 @@ from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.runtime import Runtime
-from orchestrator.agent import Agent
+from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
-from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
+from orchestrator.run.agent import Agent
 
 SESSIONS = 16
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import ray
 
-from orchestrator.agent import Agent
+from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta, ToolCall
 from orchestrator.models.base import CancelSignal, ModelRequest
-from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta, ToolCall
+from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel
 from tools import Recovery, Tool, ToolContext, tool
 

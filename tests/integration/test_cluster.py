@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,16 +17,29 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_sessions_spread_over_two_nodes_and_survive_losing_one(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.integration.cluster_scenario", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
+    # Ray's Cluster writes the head's address under RAY_TMPDIR/ray: a short directory of this run's
+    # own (socket paths stay under 107 bytes), never a /tmp/ray that may not exist or be another's.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="troupe-rt-"))
+    (ray_tmp / "ray").mkdir()
+    env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONPATH": str(ROOT),
+        "RAY_TMPDIR": str(ray_tmp),
+    }
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.integration.cluster_scenario", str(tmp_path)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     before = result["sessions_by_node_before"]

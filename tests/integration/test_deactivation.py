@@ -9,8 +9,8 @@ import psutil
 import pytest
 
 from actors.runtime import Runtime
-from orchestrator.agent import Agent
-from orchestrator.parts import ToolPart
+from orchestrator.core.parts import ToolPart
+from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel
 
 SESSIONS = 2000

@@ -68,7 +68,15 @@ def test_the_http_examples_work_with_curl(workdir: Path) -> None:
     port = _free_port()
     log = (workdir / "serve.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "serve", str(REPO / "configs" / "shop.yaml"), "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.surfaces.cli.main",
+            "serve",
+            str(REPO / "configs" / "shop.yaml"),
+            "--port",
+            str(port),
+        ],
         cwd=workdir,
         env=cli_env(),
         stdout=log,

@@ -12,13 +12,13 @@ import ray
 
 from actors.client import Session
 from actors.runtime import Runtime
-from orchestrator import builtin as ai
-from orchestrator.agent import Agent
-from orchestrator.aistate import AIState
-from orchestrator.approvals import pending_approvals
-from orchestrator.fold import INTERRUPTED, fold_events
-from orchestrator.mutations import ClientView
-from orchestrator.parts import AgentMessage, NestedRun, ToolPart
+from orchestrator.core import event_types as ai
+from orchestrator.core.aistate import AIState
+from orchestrator.core.approvals import pending_approvals
+from orchestrator.core.fold import INTERRUPTED, fold_events
+from orchestrator.core.mutations import ClientView
+from orchestrator.core.parts import AgentMessage, NestedRun, ToolPart
+from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel
 
 from .helpers import CrashingModel, Gate, approving_tree, count_lines, crashing_tool, delegating, gated_model

@@ -11,7 +11,7 @@ import pytest
 import ray
 
 from actors.runtime import Runtime
-from orchestrator.agent import Agent
+from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel
 
 from .helpers import Gate, delegating, gated_model

@@ -9,15 +9,15 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from orchestrator import builtin as ai
-from orchestrator.aistate import AIState
-from orchestrator.commands import Command, Decision, decide
-from orchestrator.contract import Contract
-from orchestrator.events import Event
-from orchestrator.fold import evolve, fold_events, initial_state
-from orchestrator.plan import Append, Limits, RunStep, RunTool, next_effect
-from orchestrator.stream import AgentStreamPart, ToolCall
-from orchestrator.wire import part_to_wire
+from orchestrator.core import event_types as ai
+from orchestrator.core.aistate import AIState
+from orchestrator.core.commands import Command, Decision, decide
+from orchestrator.core.contract import Contract
+from orchestrator.core.events import Event
+from orchestrator.core.fold import evolve, fold_events, initial_state
+from orchestrator.core.plan import Append, Limits, RunStep, RunTool, next_effect
+from orchestrator.core.stream import AgentStreamPart, ToolCall
+from orchestrator.core.wire import part_to_wire
 
 
 class Driver:

@@ -23,12 +23,20 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from orchestrator.agent import Agent
-from orchestrator.contract import Contract, Operation, Reducer
-from orchestrator.errors import ModelError
-from orchestrator.events import Event
+from orchestrator.core.contract import Contract, Operation, Reducer
+from orchestrator.core.errors import ModelError
+from orchestrator.core.events import Event
+from orchestrator.core.stream import (
+    AgentStreamPart,
+    DataUpdate,
+    Reasoning,
+    StepFinish,
+    TextDelta,
+    ToolCall,
+    ToolInputDelta,
+)
 from orchestrator.models.base import CancelSignal, ModelRequest
-from orchestrator.stream import AgentStreamPart, DataUpdate, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
+from orchestrator.run.agent import Agent
 from tools import tool
 
 JS_DIR = Path(__file__).resolve().parents[1] / "js"

@@ -25,8 +25,8 @@ from orchestrator import (
     ToolPhase,
     ToolResult,
 )
-from orchestrator.actions import SessionAction
-from orchestrator.stream import AgentStreamPart
+from orchestrator.core.actions import SessionAction
+from orchestrator.core.stream import AgentStreamPart
 
 message_ids = st.sampled_from(["m-1", "m-2", "m-3", "m-4"])
 maybe_message = st.none() | message_ids

@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 from actors.local import LocalRuntime
-from orchestrator._pvec import PVec
-from orchestrator.http import MessageStream, create_app, run_output, to_ui_message, to_ui_messages
-from orchestrator.http.aisdk import Approval, approvals_of
-from orchestrator.mutations import ClientView
-from orchestrator.parts import AgentMessage, DataPart, NestedRun, TextPart, ToolPart
+from orchestrator.core._pvec import PVec
+from orchestrator.core.mutations import ClientView
+from orchestrator.core.parts import AgentMessage, DataPart, NestedRun, TextPart, ToolPart
+from orchestrator.surfaces.http import MessageStream, create_app, run_output, to_ui_message, to_ui_messages
+from orchestrator.surfaces.http.aisdk import Approval, approvals_of
 from tests.unit.http_helpers import (
     JS_DIR,
     LiveServer,

@@ -18,24 +18,24 @@ from rich.text import Text
 from typer.testing import CliRunner
 
 from actors.local import LocalRuntime
-from orchestrator._pvec import PVec
-from orchestrator.agent import Agent
-from orchestrator.cli import app
-from orchestrator.cli_bench import load_actors_bench, parse_sizes
-from orchestrator.cli_chat import Interrupts, chat_loop
-from orchestrator.cli_common import CommandFailed, configure_logging, merge_keys, ray_temp_dir
-from orchestrator.cli_render import event_summary, render_conversation, render_tool
-from orchestrator.cli_run import DEFAULT_PROMPTS
-from orchestrator.cli_serve import serve_config
-from orchestrator.cli_sessions import follow_events
-from orchestrator.config import RuntimeConfig, load_agent
-from orchestrator.events import Event
+from orchestrator.core._pvec import PVec
+from orchestrator.core.events import Event
+from orchestrator.core.mutations import ClientView
+from orchestrator.core.parts import AgentMessage, NestedRun, ReasoningPart, TextPart, ToolPart
+from orchestrator.core.state import SessionError
+from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
-from orchestrator.mutations import ClientView
-from orchestrator.parts import AgentMessage, NestedRun, ReasoningPart, TextPart, ToolPart
-from orchestrator.state import SessionError
+from orchestrator.run.agent import Agent
 from orchestrator.store import open_store
-from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
+from orchestrator.surfaces.cli.bench import load_actors_bench, parse_sizes
+from orchestrator.surfaces.cli.chat import Interrupts, chat_loop
+from orchestrator.surfaces.cli.common import CommandFailed, configure_logging, merge_keys, ray_temp_dir
+from orchestrator.surfaces.cli.main import app
+from orchestrator.surfaces.cli.render import event_summary, render_conversation, render_tool
+from orchestrator.surfaces.cli.run import DEFAULT_PROMPTS
+from orchestrator.surfaces.cli.serve import serve_config
+from orchestrator.surfaces.cli.sessions import follow_events
+from orchestrator.surfaces.config import RuntimeConfig, load_agent
 from orchestrator.testing import ScriptedModel
 from tools import tool
 
@@ -105,7 +105,7 @@ def test_help(command: list[str]) -> None:
 
 def test_help_imports_nothing_heavy() -> None:
     code = (
-        "import sys, orchestrator.cli; "
+        "import sys, orchestrator.surfaces.cli.main; "
         "heavy = sorted(m for m in ('ray', 'actors', 'fastapi', 'uvicorn') if m in sys.modules); "
         "print(heavy)"
     )
@@ -193,7 +193,7 @@ def test_default_prompts_are_the_shop_workload() -> None:
 
 
 def test_sessions_list(shop_store: str) -> None:
-    from orchestrator.events import Event
+    from orchestrator.core.events import Event
     from orchestrator.store import open_store
 
     async def internal() -> None:  # a log of Troupe's own (what the HTTP API keeps per API key)

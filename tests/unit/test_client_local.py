@@ -10,12 +10,12 @@ import pytest
 from pydantic import BaseModel
 
 from actors.local import LocalRuntime
-from orchestrator.agent import Agent
-from orchestrator.contract import Contract, Reducer
-from orchestrator.errors import UsageError
-from orchestrator.events import Event
-from orchestrator.mutations import ClientView
-from orchestrator.parts import ToolPart
+from orchestrator.core.contract import Contract, Reducer
+from orchestrator.core.errors import UsageError
+from orchestrator.core.events import Event
+from orchestrator.core.mutations import ClientView
+from orchestrator.core.parts import ToolPart
+from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel
 from tools import tool
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import builtin as ai
-from orchestrator.aistate import ActiveTurn
-from orchestrator.commands import (
+from orchestrator.core import event_types as ai
+from orchestrator.core.aistate import ActiveTurn
+from orchestrator.core.commands import (
     EditInput,
     MoveInput,
     PauseSession,
@@ -21,12 +21,12 @@ from orchestrator.commands import (
     decide,
     idempotent_id,
 )
-from orchestrator.errors import UsageError
-from orchestrator.events import Event
-from orchestrator.fold import CLOSED, DENIED
-from orchestrator.parts import ToolPart
-from orchestrator.plan import RunStep, RunTool
-from orchestrator.stream import Failure, TextDelta, ToolCall
+from orchestrator.core.errors import UsageError
+from orchestrator.core.events import Event
+from orchestrator.core.fold import CLOSED, DENIED
+from orchestrator.core.parts import ToolPart
+from orchestrator.core.plan import RunStep, RunTool
+from orchestrator.core.stream import Failure, TextDelta, ToolCall
 
 from .driver import Driver
 

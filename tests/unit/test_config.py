@@ -11,8 +11,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.commands import SendInput
-from orchestrator.config import (
+from orchestrator.core.commands import SendInput
+from orchestrator.core.errors import ConfigError, ModelError, UsageError
+from orchestrator.models.openai import OpenAIChatModel
+from orchestrator.models.scripted import ScriptedModel
+from orchestrator.run.inprocess import LocalSessions
+from orchestrator.store import open_store
+from orchestrator.surfaces.config import (
     DeferredModel,
     LoadedConfig,
     RuntimeConfig,
@@ -25,11 +30,6 @@ from orchestrator.config import (
     unregister_model,
     unregister_tool,
 )
-from orchestrator.errors import ConfigError, ModelError, UsageError
-from orchestrator.local import LocalSessions
-from orchestrator.models.openai import OpenAIChatModel
-from orchestrator.models.scripted import ScriptedModel
-from orchestrator.store import open_store
 from orchestrator.testing_openai import FakeOpenAIServer, StreamReply, completion_stream, text_stream, tool_call_deltas
 from tools import Tool, tool
 from tools.builtin import BUILTIN_TOOLS, add_to_cart, cart, lookup_price
@@ -225,7 +225,8 @@ def test_runtime_section_beside_agents_and_every_field(tmp_path: Path) -> None:
 
 def test_orchestrator_config_does_not_import_tools_or_ray() -> None:
     code = (
-        "import sys, orchestrator.config; print(sorted(m for m in sys.modules if m.split('.')[0] in ('tools', 'ray')))"
+        "import sys, orchestrator.surfaces.config; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tools', 'ray')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from actors.local import LocalRuntime
-from orchestrator.agent import Agent
+from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel
 from tools import ToolContext, builtin
 

@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from actors.local import LocalRuntime
-from orchestrator.aistate import AIState
-from orchestrator.http import create_app
-from orchestrator.mutations import ClientView
-from orchestrator.wire import parse_state, state_to_wire
+from orchestrator.core.aistate import AIState
+from orchestrator.core.mutations import ClientView
+from orchestrator.core.wire import parse_state, state_to_wire
+from orchestrator.surfaces.http import create_app
 from tests.unit.http_helpers import LiveServer, SseEvent, chunks_of, gate, shopper, sse_events, user_message
 
 KEY, OTHER = "key-one", "key-two"
@@ -440,7 +440,7 @@ async def test_bad_ids_and_reused_ids(client: httpx.AsyncClient) -> None:
 async def test_the_authorize_hook_decides_commands_too(runtime: LocalRuntime) -> None:
     from dataclasses import replace
 
-    from orchestrator.contract import Operation
+    from orchestrator.core.contract import Operation
 
     def no_stopping(operation: Operation) -> bool:
         return operation.command != "stop"
@@ -724,7 +724,7 @@ class _FakeSession:
         return self.subscription
 
     async def state(self) -> Any:
-        from orchestrator.log import Snapshot
+        from orchestrator.run.log import Snapshot
 
         state, index = self.states.pop(0)
         return Snapshot(state, index)
@@ -732,9 +732,9 @@ class _FakeSession:
 
 async def test_a_reset_becomes_a_fresh_snapshot_event() -> None:
     from actors.client import Mutation
-    from orchestrator.http.sse import session_events
-    from orchestrator.parts import AgentMessage, TextPart
-    from orchestrator.state import SessionState
+    from orchestrator.core.parts import AgentMessage, TextPart
+    from orchestrator.core.state import SessionState
+    from orchestrator.surfaces.http.sse import session_events
 
     later = AIState(session=SessionState.of([AgentMessage("u-1", "user", (TextPart("u-1:0", "hi"),))]))
     session = _FakeSession([(AIState(), 3), (later, 9)])

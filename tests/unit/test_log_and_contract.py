@@ -10,18 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from orchestrator import builtin as ai
-from orchestrator.commands import PauseSession, RemoveInput, SendInput, StopTurn, decide
-from orchestrator.contract import Contract, Operation, Reducer
-from orchestrator.errors import ParseError, PartialDuplicateBatch, UsageError
-from orchestrator.events import Event, check_caller_event
-from orchestrator.fold import fold_events
-from orchestrator.log import SessionLog
-from orchestrator.optimistic import optimistic
-from orchestrator.plan import Append, next_effect
-from orchestrator.snapshot import decode_state, encode_state, snapshot_key
+from orchestrator.core import event_types as ai
+from orchestrator.core.commands import PauseSession, RemoveInput, SendInput, StopTurn, decide
+from orchestrator.core.contract import Contract, Operation, Reducer
+from orchestrator.core.errors import ParseError, PartialDuplicateBatch, UsageError
+from orchestrator.core.events import Event, check_caller_event
+from orchestrator.core.fold import fold_events
+from orchestrator.core.optimistic import optimistic
+from orchestrator.core.plan import Append, next_effect
+from orchestrator.core.snapshot import decode_state, encode_state, snapshot_key
+from orchestrator.core.stream import TextDelta, ToolCall
+from orchestrator.run.log import SessionLog
 from orchestrator.store import open_store
-from orchestrator.stream import TextDelta, ToolCall
 
 from .driver import Driver
 

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from orchestrator.errors import ConfigError, ModelError
+from orchestrator.core.errors import ConfigError, ModelError
+from orchestrator.core.parts import AgentMessage, DataPart, ReasoningPart, TextPart, ToolPart
+from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
 from orchestrator.models.openai import OpenAIChatModel
-from orchestrator.parts import AgentMessage, DataPart, ReasoningPart, TextPart, ToolPart
-from orchestrator.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
 from orchestrator.testing_openai import (
     ErrorReply,
     FakeOpenAIServer,

@@ -7,14 +7,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from orchestrator import builtin as ai
-from orchestrator.agent import Agent
-from orchestrator.commands import SendInput, StopTurn
+from orchestrator.core import event_types as ai
+from orchestrator.core.commands import SendInput, StopTurn
+from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
-from orchestrator.pacing import StreamPacer
-from orchestrator.runner import SessionRunner
+from orchestrator.run.agent import Agent
+from orchestrator.run.pacing import StreamPacer
+from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
-from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
 
 TIMEOUT = 10
 

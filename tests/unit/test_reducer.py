@@ -36,9 +36,9 @@ from orchestrator import (
     resumable,
     session_reducer,
 )
-from orchestrator.actions import SessionAction
-from orchestrator.reducer import CANCELLED_BY_ERROR, CANCELLED_BY_USER
-from orchestrator.stream import AgentStreamPart
+from orchestrator.core.actions import SessionAction
+from orchestrator.core.reducer import CANCELLED_BY_ERROR, CANCELLED_BY_USER
+from orchestrator.core.stream import AgentStreamPart
 
 
 def run(state: SessionState, *actions: SessionAction | AgentStreamPart) -> SessionState:

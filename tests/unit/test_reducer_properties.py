@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import SessionState, ToolPart, parse_state, resumable, session_reducer
-from orchestrator.actions import SessionAction
-from orchestrator.parts import AgentMessage
-from orchestrator.wire import pack, state_to_wire, unpack
+from orchestrator.core.actions import SessionAction
+from orchestrator.core.parts import AgentMessage
+from orchestrator.core.wire import pack, state_to_wire, unpack
 
 from .strategies import action_lists, actions, with_reset
 
@@ -97,7 +97,7 @@ _ops = st.lists(
 @given(_ops)
 @settings(max_examples=200)
 def test_index_of_id_agrees_with_a_scan_across_diverging_versions(ops: list[tuple[str, int, str]]) -> None:
-    from orchestrator._pvec import PVec
+    from orchestrator.core._pvec import PVec
 
     versions: list[PVec[_Item]] = [PVec()]
     for op, at, key in ops:  # ids stay unique within each version, as message ids do
@@ -122,9 +122,9 @@ def test_index_of_id_agrees_with_a_scan_across_diverging_versions(ops: list[tupl
 
 @given(action_lists)
 def test_the_trusted_nested_run_reader_matches_the_validating_parser(actions_: list[SessionAction]) -> None:
-    from orchestrator.parts import NestedRun
-    from orchestrator.stream import RunSnapshot
-    from orchestrator.wire import parse_part, part_from_wire, part_to_wire
+    from orchestrator.core.parts import NestedRun
+    from orchestrator.core.stream import RunSnapshot
+    from orchestrator.core.wire import parse_part, part_from_wire, part_to_wire
 
     state = fold(actions_)
     snapshot = RunSnapshot(NestedRun(state.messages, state.status, state.error))

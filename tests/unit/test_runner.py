@@ -9,22 +9,22 @@ from typing import Any
 
 import pytest
 
-from orchestrator import builtin as ai
-from orchestrator.agent import Agent, Compaction, MetadataContext, ResolverContext
-from orchestrator.aistate import AIState
-from orchestrator.approvals import pending_approvals
-from orchestrator.children import ChildBatch, ChildRequest, ChildResult, Deliver
-from orchestrator.commands import PauseSession, Respond, ResumeSession, RetryTurn, SendInput, StopTurn
-from orchestrator.errors import ModelError
-from orchestrator.events import Event
-from orchestrator.fold import DENIED, INTERRUPTED, fold_events
-from orchestrator.local import LocalChildren, LocalSessions
+from orchestrator.core import event_types as ai
+from orchestrator.core.aistate import AIState
+from orchestrator.core.approvals import pending_approvals
+from orchestrator.core.commands import PauseSession, Respond, ResumeSession, RetryTurn, SendInput, StopTurn
+from orchestrator.core.errors import ModelError
+from orchestrator.core.events import Event
+from orchestrator.core.fold import DENIED, INTERRUPTED, fold_events
+from orchestrator.core.parts import AgentMessage, CompactionPart, NestedRun, ToolPart
+from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
-from orchestrator.parts import AgentMessage, CompactionPart, NestedRun, ToolPart
-from orchestrator.runner import SessionRunner
+from orchestrator.run.agent import Agent, Compaction, MetadataContext, ResolverContext
+from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult, Deliver
+from orchestrator.run.inprocess import LocalChildren, LocalSessions
+from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
-from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.testing import FunctionModel, ScriptedModel
 from tools import Recovery, Tool, ToolContext, tool
 

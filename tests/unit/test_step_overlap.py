@@ -6,16 +6,16 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from orchestrator import builtin as ai
-from orchestrator.agent import Agent
-from orchestrator.commands import SendInput
-from orchestrator.errors import StoreError
-from orchestrator.events import Event
+from orchestrator.core import event_types as ai
+from orchestrator.core.commands import SendInput
+from orchestrator.core.errors import StoreError
+from orchestrator.core.events import Event
+from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
-from orchestrator.runner import SessionRunner
+from orchestrator.run.agent import Agent
+from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import AppendResult, EventStore
-from orchestrator.stream import AgentStreamPart, StepFinish, TextDelta
 
 TIMEOUT = 10
 

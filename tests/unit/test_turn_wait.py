@@ -7,7 +7,7 @@ from typing import Any
 
 from actors.hub import MutationHub, WaitFailed
 from actors.local import LocalRuntime
-from orchestrator.agent import Agent
+from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel
 
 TIMEOUT = 10

@@ -45,10 +45,18 @@ from orchestrator import (
     parse_part,
     parse_state,
 )
-from orchestrator._pvec import PVec
-from orchestrator.actions import SessionAction
-from orchestrator.stream import AgentStreamPart
-from orchestrator.wire import action_to_wire, message_to_wire, pack, part_from_wire, part_to_wire, state_to_wire, unpack
+from orchestrator.core._pvec import PVec
+from orchestrator.core.actions import SessionAction
+from orchestrator.core.stream import AgentStreamPart
+from orchestrator.core.wire import (
+    action_to_wire,
+    message_to_wire,
+    pack,
+    part_from_wire,
+    part_to_wire,
+    state_to_wire,
+    unpack,
+)
 
 SEED_PARTS: list[tuple[dict[str, Any], AgentStreamPart]] = [
     ({"type": "message-start", "messageId": "a-1"}, MessageStart("a-1")),

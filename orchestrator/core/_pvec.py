@@ -1,0 +1,245 @@
+"""A persistent vector: the message list of a session, shared structurally between versions.
+
+Every stream part produces a new session state, and a session may hold 10,000 messages. A tuple
+would copy all of them on every text-delta; this vector (a 32-way trie with a separate tail, the
+Clojure design) copies only the path it touches: updating or appending near the end copies one
+small tuple, anywhere else at most ``log32(n)`` of them. Old versions stay valid and unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Generic, TypeVar, overload
+
+from orchestrator.core._fast import slot_setter
+
+T = TypeVar("T")
+
+_BITS = 5
+_WIDTH = 1 << _BITS
+_MASK = _WIDTH - 1
+
+_Node = tuple[Any, ...]
+
+
+def _new_path(level: int, node: _Node) -> _Node:
+    while level > 0:
+        node = (node,)
+        level -= _BITS
+    return node
+
+
+class PVec(Sequence[T], Generic[T]):
+    """An immutable sequence with cheap ``append`` and ``set`` that return new vectors."""
+
+    __slots__ = ("_ids", "_root", "_shift", "_size", "_tail")
+
+    _ids: dict[Any, int]
+    _root: _Node
+    _shift: int
+    _size: int
+    _tail: _Node
+
+    def __new__(cls, items: Iterable[T] = ()) -> PVec[T]:
+        vec = _EMPTY if cls is PVec and _EMPTY is not None else _make(0, _BITS, (), (), {})
+        for item in items:
+            vec = vec.append(item)
+        return vec
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _tail_offset(self) -> int:
+        size = self._size
+        return 0 if size < _WIDTH else ((size - 1) >> _BITS) << _BITS
+
+    def _leaf_for(self, i: int) -> _Node:
+        if i >= self._tail_offset():
+            return self._tail
+        node = self._root
+        level = self._shift
+        while level > 0:
+            node = node[(i >> level) & _MASK]
+            level -= _BITS
+        return node
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> PVec[T]: ...
+
+    def __getitem__(self, index: int | slice) -> T | PVec[T]:
+        if isinstance(index, slice):
+            return PVec(self._iter_range(*index.indices(self._size)))
+        size = self._size
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("PVec index out of range")
+        leaf = self._leaf_for(index)
+        item: T = leaf[index & _MASK]
+        return item
+
+    def at(self, index: int) -> T:
+        """The item at a non-negative ``index`` (no slices, no negatives: the fast path)."""
+        size = self._size
+        offset = 0 if size < _WIDTH else ((size - 1) >> _BITS) << _BITS
+        if index >= offset:
+            item: T = self._tail[index - offset]
+            return item
+        if index < 0:
+            raise IndexError("PVec.at takes a non-negative index")
+        return self._leaf_for(index)[index & _MASK]  # type: ignore[no-any-return]
+
+    def _iter_range(self, start: int, stop: int, step: int) -> Iterator[T]:
+        for i in range(start, stop, step):
+            yield self._leaf_for(i)[i & _MASK]
+
+    def __iter__(self) -> Iterator[T]:
+        size = self._size
+        i = 0
+        while i < size:
+            leaf = self._leaf_for(i)
+            yield from leaf
+            i += len(leaf)
+
+    def __reversed__(self) -> Iterator[T]:
+        for i in range(self._size - 1, -1, -1):
+            yield self._leaf_for(i)[i & _MASK]
+
+    @property
+    def last(self) -> T | None:
+        """The last item, or ``None`` when empty (the hot path: the newest message)."""
+        tail = self._tail
+        return tail[-1] if tail else None
+
+    def index_of_id(self, key: Any) -> int | None:
+        """The index of the item whose ``id`` is ``key`` (``None`` if there is none).
+
+        Meant for unique ids (a session's message ids are); with duplicates, it finds one of them.
+
+        Constant time: the versions of one vector share an id -> index map, filled as items are
+        added. An entry can be stale (another version put something else there, or replaced the
+        item), so a hit is checked; only a failed check falls back to a scan.
+        """
+        index = self._ids.get(key)
+        if index is None:
+            return None
+        if index < self._size and getattr(self.at(index), "id", None) == key:
+            return index
+        for i in range(self._size - 1, -1, -1):
+            if getattr(self.at(i), "id", None) == key:
+                return i
+        return None
+
+    # -- writing (each returns a new vector) --------------------------------------------------
+
+    def append(self, item: T) -> PVec[T]:
+        """A new vector with ``item`` at the end."""
+        size = self._size
+        ids = self._ids if size else {}  # a new vector (from empty) starts a map of its own
+        ids[getattr(item, "id", None)] = size
+        if size - self._tail_offset() < _WIDTH:
+            return _make(size + 1, self._shift, self._root, (*self._tail, item), ids)
+        shift = self._shift
+        if (size >> _BITS) > (1 << shift):
+            root = (self._root, _new_path(shift, self._tail))
+            shift += _BITS
+        else:
+            root = self._push_tail(shift, self._root, self._tail)
+        return _make(size + 1, shift, root, (item,), ids)
+
+    def _push_tail(self, level: int, parent: _Node, tail: _Node) -> _Node:
+        sub = ((self._size - 1) >> level) & _MASK
+        if level == _BITS:
+            insert = tail
+        elif sub < len(parent):
+            insert = self._push_tail(level - _BITS, parent[sub], tail)
+        else:
+            insert = _new_path(level - _BITS, tail)
+        return (*parent[:sub], insert, *parent[sub + 1 :])
+
+    def set(self, index: int, item: T) -> PVec[T]:
+        """A new vector with ``item`` at ``index`` (negative indexes count from the end)."""
+        size = self._size
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("PVec index out of range")
+        ids = self._ids
+        ids[getattr(item, "id", None)] = index
+        offset = self._tail_offset()
+        if index >= offset:
+            tail = self._tail
+            j = index - offset
+            return _make(size, self._shift, self._root, (*tail[:j], item, *tail[j + 1 :]), ids)
+        return _make(size, self._shift, _assoc(self._shift, self._root, index, item), self._tail, ids)
+
+    def set_last(self, item: T) -> PVec[T]:
+        """A new vector whose last item is ``item`` (the streaming hot path)."""
+        tail = self._tail
+        if not tail:
+            raise IndexError("set_last on an empty PVec")
+        ids = self._ids
+        key = getattr(item, "id", None)
+        if key is not getattr(tail[-1], "id", None):  # the streaming path keeps the same id object
+            ids[key] = self._size - 1
+        return _make(self._size, self._shift, self._root, (*tail[:-1], item), ids)
+
+    def take(self, n: int) -> PVec[T]:
+        """The first ``n`` items (``self`` when that is all of them)."""
+        if n >= self._size:
+            return self
+        return PVec(self._iter_range(0, max(n, 0), 1))
+
+    # -- values ------------------------------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if isinstance(other, PVec):
+            return self._size == other._size and all(a == b for a, b in zip(self, other, strict=True))
+        if isinstance(other, list | tuple):
+            return self._size == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PVec({list(self)!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PVec, (list(self),))
+
+
+def _assoc(level: int, node: _Node, index: int, item: object) -> _Node:
+    if level == 0:
+        j = index & _MASK
+        return (*node[:j], item, *node[j + 1 :])
+    sub = (index >> level) & _MASK
+    return (*node[:sub], _assoc(level - _BITS, node[sub], index, item), *node[sub + 1 :])
+
+
+_new = object.__new__
+_set_size = slot_setter(PVec, "_size")
+_set_shift = slot_setter(PVec, "_shift")
+_set_root = slot_setter(PVec, "_root")
+_set_tail = slot_setter(PVec, "_tail")
+_set_ids = slot_setter(PVec, "_ids")
+
+
+def _make(size: int, shift: int, root: _Node, tail: _Node, ids: dict[Any, int]) -> PVec[Any]:
+    vec: PVec[Any] = _new(PVec)
+    _set_size(vec, size)
+    _set_shift(vec, shift)
+    _set_root(vec, root)
+    _set_tail(vec, tail)
+    _set_ids(vec, ids)
+    return vec
+
+
+_EMPTY: PVec[Any] | None = None
+_EMPTY = _make(0, _BITS, (), (), {})

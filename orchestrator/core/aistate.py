@@ -1,0 +1,284 @@
+"""``AIState``: everything Troupe folds out of a session's log.
+
+The conversation (``messages``, ``status``, ``error``) is the session reducer's state; around it
+sit the durable inbox, the active turn, the tool calls' execution status, interactions
+(approvals), compaction, the last command receipt and token usage. A contract's app state is
+merged in: ``state.app`` holds it and ``state["plan"]`` / ``state.plan`` read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from orchestrator.core._fast import slot_setter
+from orchestrator.core._json import JsonObject
+from orchestrator.core._pvec import PVec
+from orchestrator.core.parts import AgentMessage, Role, RunStatus
+from orchestrator.core.state import SessionError, SessionState
+
+__all__ = [
+    "AIState",
+    "ActiveTurn",
+    "CompactionState",
+    "Inbox",
+    "InboxItem",
+    "Interaction",
+    "Receipt",
+    "StepState",
+    "ToolRecord",
+    "TurnPhase",
+    "Usage",
+]
+
+TurnPhase: TypeAlias = Literal["starting", "generating", "tools", "pausing", "paused"]
+ToolStatus: TypeAlias = Literal[
+    "pending", "awaiting-approval", "approved", "running", "done", "error", "cancelled", "denied", "interrupted"
+]
+FINAL_TOOL_STATUSES: frozenset[str] = frozenset({"done", "error", "cancelled", "denied", "interrupted"})
+
+
+@dataclass(frozen=True, slots=True)
+class InboxItem:
+    """A pending input: persisted, not yet in the conversation, never in the model prompt."""
+
+    id: str
+    """The input id: its event id, and the message id it will have."""
+    role: Role
+    """``user`` (or ``system`` / ``assistant`` context)."""
+    text: str
+    """The latest accepted content (edits are last-write-wins in log order)."""
+    generate: bool = True
+    """Whether it asks for a reply; passive context enters with the next generating input."""
+    after_step_of: str | None = None
+    """The turn it steers (it hands off after that turn's current response and tools)."""
+
+    @property
+    def message(self) -> AgentMessage:
+        """The message it will become."""
+        from orchestrator.core.parts import TextPart
+
+        return AgentMessage(self.id, self.role, (TextPart(f"{self.id}:0", self.text),))
+
+
+@dataclass(frozen=True, slots=True)
+class Inbox:
+    """The durable inbox: pending inputs in admission order, and whether admission is paused."""
+
+    items: tuple[InboxItem, ...] = ()
+    """Pending inputs, in the order they will be admitted."""
+    paused: bool = False
+    """Admission is closed (``pause``) until ``resume``."""
+
+    def get(self, input_id: str) -> InboxItem | None:
+        """The pending input with this id, if any."""
+        for item in self.items:
+            if item.id == input_id:
+                return item
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class StepState:
+    """The turn's current (or last) model step."""
+
+    id: str
+    """The step id (``<turn>.<n>`` plus an attempt suffix after a restart)."""
+    turn_step: int
+    """Its position in the turn (steps counted before it)."""
+    session_step: int
+    """Its position in the session."""
+    status: Literal["running", "finished", "failed", "superseded"] = "running"
+    """Where it is."""
+    finish_reason: str | None = None
+    """Why it finished (``stop``, ``tool-calls``, ``length``, ...)."""
+    tool_calls: tuple[str, ...] = ()
+    """The calls it asked for, in order."""
+    model: str = ""
+    """The model that ran it."""
+    attempt: int = 1
+    """Which attempt at this position (a restart after a crash or a pause replays it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveTurn:
+    """The logical turn: its id holds across model steps, tools and a pause."""
+
+    id: str
+    """The turn id."""
+    input: tuple[str, ...]
+    """The input ids admitted for it (the last one is the one generating)."""
+    phase: TurnPhase
+    """``starting``, ``generating``, ``tools``, ``pausing`` or ``paused``."""
+    message_id: str
+    """The id of the assistant message it writes."""
+    index: int
+    """How many turns the session started before it."""
+    steps: int = 0
+    """Model steps this turn has completed (finished or failed)."""
+    step: StepState | None = None
+    """The current or last model step."""
+    paused_from: TurnPhase | None = None
+    """The phase it was in when paused, to resume into."""
+    interrupted: bool = False
+    """Pause now cut its work; steering that targets it hands off instead of resuming that work."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRecord:
+    """A tool call's execution status (inputs and outputs live in the message parts)."""
+
+    id: str
+    """The call id."""
+    name: str
+    """The tool's name."""
+    turn_id: str
+    """The turn whose step asked for it."""
+    status: ToolStatus = "pending"
+    """``pending`` -> (``awaiting-approval`` -> ``approved``) -> ``running`` -> a final status."""
+    attempts: int = 0
+    """How many times it started running (a ``rerun`` tool may start again after a crash)."""
+    interaction_id: str | None = None
+    """The approval it waits for, if any."""
+    child: str | None = None
+    """The sub-agent session behind a delegate call."""
+    child_seq: int = 0
+    """The last batch of that sub-agent applied under the call (duplicates are dropped)."""
+
+    @property
+    def final(self) -> bool:
+        """Whether the call has its final outcome."""
+        return self.status in FINAL_TOOL_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class Interaction:
+    """A question to the user (an approval), tied to a tool call."""
+
+    id: str
+    """The interaction id (what ``respond`` names)."""
+    call_id: str
+    """The tool call waiting for it."""
+    name: str
+    """The tool's name."""
+    prompt: str
+    """What to ask."""
+    status: Literal["pending", "approved", "denied", "closed"] = "pending"
+    """``pending`` until answered; ``closed`` when a handoff or stop ended the turn first."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionState:
+    """The current or latest compaction."""
+
+    id: str
+    """The compaction id (also its part id)."""
+    status: Literal["running", "completed", "failed", "interrupted"]
+    """Where it is."""
+    summary: str | None = None
+    """The summary that replaces the messages it covers, once completed."""
+    through: int = 0
+    """How many messages (from the start) the summary covers."""
+    input_tokens: int | None = None
+    """The estimate that triggered it."""
+    threshold_tokens: int | None = None
+    """The threshold it crossed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The most recent command's application."""
+
+    command_id: str
+    """The command's event id."""
+    outcome: Literal["applied", "rejected"]
+    """Whether it took effect."""
+    reason: str | None = None
+    """Why it was rejected (``not-pending``, ``stale-turn``, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage: session totals, and the last step's per model (to calibrate estimates)."""
+
+    input_tokens: int = 0
+    """Prompt tokens over the session."""
+    output_tokens: int = 0
+    """Completion tokens over the session."""
+    calibration: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Per model name: (estimated tokens, actual input tokens) of its last step."""
+
+
+@dataclass(frozen=True, slots=True)
+class AIState:
+    """The fold of a session's log (see the module docstring)."""
+
+    session: SessionState = field(default_factory=SessionState)
+    """The conversation state (the session reducer's)."""
+    inbox: Inbox = field(default_factory=Inbox)
+    """Pending inputs and whether admission is paused."""
+    active: ActiveTurn | None = None
+    """The turn in progress, if any."""
+    tools: Mapping[str, ToolRecord] = field(default_factory=dict)
+    """Tool calls' execution status, by call id."""
+    interactions: Mapping[str, Interaction] = field(default_factory=dict)
+    """Approvals, by interaction id."""
+    compaction: CompactionState | None = None
+    """The current or latest compaction."""
+    receipt: Receipt | None = None
+    """The most recent command receipt."""
+    usage: Usage = field(default_factory=Usage)
+    """Token usage."""
+    turns: int = 0
+    """How many turns the session has started."""
+    session_steps: int = 0
+    """How many model steps the session has completed (finished or failed)."""
+    pending: Mapping[str, tuple[str, JsonObject]] = field(default_factory=dict)
+    """Commands persisted but not yet decided: id -> (type, payload)."""
+    last_turn: tuple[str, str] | None = None
+    """The last finished turn: (id, outcome)."""
+    retry_requested: bool = False
+    """An applied retry that the executor has not started yet."""
+    starting: bool = False
+    """Optimistic display: a send awaiting acceptance (only ever true on a client)."""
+    app: Mapping[str, Any] = field(default_factory=dict)
+    """The contract's app state (merged: ``state.plan`` reads ``app["plan"]``)."""
+
+    @property
+    def messages(self) -> PVec[AgentMessage]:
+        """The conversation."""
+        return self.session.messages
+
+    @property
+    def status(self) -> RunStatus:
+        """``idle``, ``streaming`` or ``error``."""
+        return self.session.status
+
+    @property
+    def error(self) -> SessionError | None:
+        """The last run's failure."""
+        return self.session.error
+
+    def __getitem__(self, key: str) -> Any:
+        return self.app[key]
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not fields: the merged app state.
+        app = object.__getattribute__(self, "app")
+        if name in app:
+            return app[name]
+        raise AttributeError(f"AIState has no field or app state key {name!r}")
+
+    def with_(self, **changes: Any) -> AIState:
+        """A copy with ``changes`` (``dataclasses.replace``, without its checks: the fold's hot path)."""
+        new: AIState = object.__new__(AIState)
+        for name, setter in _AI_SETTERS:
+            setter(new, changes[name] if name in changes else getattr(self, name))
+        return new
+
+
+_AI_SETTERS = tuple((f, slot_setter(AIState, f)) for f in AIState.__dataclass_fields__)
+
+AI_STATE_KEYS: frozenset[str] = frozenset({f for f in AIState.__dataclass_fields__} | {"messages", "status", "error"})
+"""Names an app state may not use (they would shadow AIState's)."""

@@ -1,0 +1,86 @@
+"""The durable log's records.
+
+An ``Event`` is one record of a session's append-only log: ``{id, session_id, index, type,
+payload, at}``. Built-in types start with ``ai.`` and only the server writes them; app events are
+declared by a contract. Ids are unique across the whole store; ids that Troupe itself chooses
+start with ``troupe:`` and callers may not use that prefix. Payloads are JSON values (wire
+shapes, camelCase), encoded with msgpack only at the store boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from orchestrator.core._json import JsonObject
+from orchestrator.core.errors import UsageError
+from orchestrator.core.ids import RESERVED_ID_PREFIX
+
+__all__ = [
+    "BUILTIN_PREFIX",
+    "RESERVED_ID_PREFIX",
+    "AppendResult",
+    "Event",
+    "check_caller_event",
+]
+
+BUILTIN_PREFIX: Final = "ai."
+"""Event types that belong to Troupe. Clients can never push them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One record of a session's log.
+
+    ``index`` and ``session_id`` are assigned by the store when the event is appended: the
+    first event of a session has index 1, and an empty log is at index 0.
+    """
+
+    id: str
+    """Unique across the store; for a new input, also the message id."""
+    type: str
+    """``ai.*`` for Troupe's own events, otherwise an app event type from a contract."""
+    payload: JsonObject = field(default_factory=dict)
+    """The event's data (wire JSON)."""
+    at: float = 0.0
+    """When it was recorded (seconds since the epoch); set by the shell, never by the core."""
+    session_id: str = ""
+    """The session whose log holds it (set by the store)."""
+    index: int = 0
+    """Its position in that log, from 1 (set by the store)."""
+
+    def same_content(self, other: Event) -> bool:
+        """Whether ``other`` is a re-submission of this event (same id, type and payload)."""
+        return self.id == other.id and self.type == other.type and self.payload == other.payload
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """What an append wrote: the indexes of the batch, and whether it was a replay."""
+
+    session_id: str
+    """The session appended to."""
+    first_index: int
+    """The index of the batch's first event."""
+    last_index: int
+    """The index of the batch's last event: the log's index after the append."""
+    duplicate: bool = False
+    """True when the batch was already in the store (an identical re-append): nothing was written."""
+
+
+def check_caller_event(event: Event) -> None:
+    """Reject what only Troupe may write: ``ai.*`` types and ``troupe:`` ids.
+
+    Raises:
+        UsageError: naming the event and the fix.
+    """
+    if event.id.startswith(RESERVED_ID_PREFIX):
+        raise UsageError(
+            f"event id {event.id!r} starts with the reserved prefix {RESERVED_ID_PREFIX!r}; "
+            "choose another id (idempotent_id() derives a stable one)"
+        )
+    if event.type.startswith(BUILTIN_PREFIX):
+        raise UsageError(
+            f"event type {event.type!r} is a built-in Troupe event and cannot be pushed by a client; "
+            "push one of your contract's event types instead"
+        )

@@ -1,0 +1,104 @@
+"""Every kind of id Troupe builds, one function each, so no call site joins strings itself.
+
+Ids are data in the log: their shapes are permanent (a stored log holds them), so each shape is
+written once, here. The pure builders derive an id from other ids; ``new_id`` is the one source
+of fresh ids, and only the shell (the engine, ``actors/``, the surfaces) calls it — ``decide`` and
+``evolve`` never do: ids come into the core as data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Final, NewType
+
+from orchestrator.core.errors import UsageError
+
+__all__ = [
+    "RESERVED_ID_PREFIX",
+    "AgentKey",
+    "approval_id",
+    "child_agent_key",
+    "child_session_id",
+    "command_id",
+    "derived_event_id",
+    "derived_event_prefix",
+    "idempotent_id",
+    "new_id",
+    "reply_id",
+    "step_id",
+    "task_input_id",
+]
+
+RESERVED_ID_PREFIX: Final = "troupe:"
+"""Event ids that Troupe chooses. Caller-chosen ids may not start with it."""
+
+CHILD_SEPARATOR: Final = "/"
+"""Between a parent session's id and the delegate call id in a sub-agent's session id."""
+
+AgentKey = NewType("AgentKey", str)
+"""The registry key of an agent tree (a root agent's key, or ``<root key>#<sub-agent name>``)."""
+
+
+def new_id(prefix: str = "msg") -> str:
+    """A fresh, store-wide unique id: ``<prefix>-<32 hex digits>``."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def command_id() -> str:
+    """A fresh id for a command the server issues itself (resume, stop, pause of a child)."""
+    return new_id("cmd")
+
+
+def idempotent_id(*parts: str) -> str:
+    """A stable id derived from ``parts`` (e.g. contract, session and a source event id).
+
+    A retried handler that must converge on the same input derives its id this way, so the
+    resubmission replays instead of adding a second message. Ids are unique across the store,
+    so include the contract and the session among the parts.
+    """
+    if not parts or not all(isinstance(p, str) and p for p in parts):
+        raise UsageError("idempotent_id() needs one or more non-empty strings")
+    digest = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
+    return f"id-{digest}"
+
+
+def child_session_id(parent_id: str, call_id: str) -> str:
+    """The session id of the sub-agent that delegate call ``call_id`` of ``parent_id`` runs."""
+    return f"{parent_id}{CHILD_SEPARATOR}{call_id}"
+
+
+def task_input_id(child_id: str) -> str:
+    """The id of the task input a sub-agent session starts with (stable: a re-attach replays it)."""
+    return idempotent_id("troupe.task", child_id)
+
+
+def approval_id(call_id: str) -> str:
+    """The interaction id of the approval that tool call ``call_id`` asks for."""
+    return f"{call_id}:approval"
+
+
+def reply_id(turn_id: str) -> str:
+    """The id of the assistant message a turn writes (reserved, so no input id can clash)."""
+    return f"{RESERVED_ID_PREFIX}{turn_id}"
+
+
+def step_id(turn_id: str, turn_step: int, attempt: int) -> str:
+    """A step's id: its turn and position, and the attempt when a restart replays it."""
+    base = f"{turn_id}.{turn_step + 1}"
+    return base if attempt == 1 else f"{base}#{attempt}"
+
+
+def derived_event_prefix(session_id: str) -> str:
+    """What every derived event id of ``session_id`` starts with (the store keeps only the index)."""
+    return f"{RESERVED_ID_PREFIX}{session_id}#"
+
+
+def derived_event_id(session_id: str, index: int) -> str:
+    """The id of a server event written without one: retrying the same batch replays it."""
+    return f"{derived_event_prefix(session_id)}{index}"
+
+
+def child_agent_key(root_key: str, name: str) -> AgentKey:
+    """The registry key of sub-agent ``name`` within the agent tree registered as ``root_key``."""
+    return AgentKey(f"{root_key}#{name}")

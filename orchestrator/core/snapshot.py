@@ -1,0 +1,96 @@
+"""``AIState`` to and from msgpack, for snapshots (a cache of the fold, never the truth).
+
+A snapshot is stored under a key made of the fold's own version and the contract reducer's
+name, so changing either makes old snapshots invisible and the state is rebuilt from the log.
+Anything that does not decode (corrupt bytes, an older shape) is treated as missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.core.aistate import (
+    ActiveTurn,
+    AIState,
+    CompactionState,
+    Inbox,
+    InboxItem,
+    Interaction,
+    Receipt,
+    StepState,
+    ToolRecord,
+    Usage,
+)
+from orchestrator.core.contract import Contract
+from orchestrator.core.wire import pack, parse_state, state_to_wire, unpack
+
+__all__ = ["FOLD_VERSION", "decode_state", "encode_state", "snapshot_key"]
+
+FOLD_VERSION = "ai.v1"
+"""The built-in fold's snapshot identity; bump it whenever ``orchestrator.core.fold`` changes meaning."""
+
+_TYPES: dict[str, type[Any]] = {
+    cls.__name__: cls
+    for cls in (ActiveTurn, CompactionState, Inbox, InboxItem, Interaction, Receipt, StepState, ToolRecord, Usage)
+}
+
+
+def snapshot_key(contract: Contract | None) -> str:
+    """The snapshot identity of the fold for ``contract``."""
+    if contract is None or contract.reducer is None:
+        return FOLD_VERSION
+    return f"{FOLD_VERSION}+{contract.reducer.name}"
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {"__t": type(value).__name__}
+        for f in dataclasses.fields(value):
+            out[f.name] = _encode(getattr(value, f.name))
+        return out
+    if isinstance(value, tuple):
+        return {"__tuple": [_encode(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    if isinstance(value, Mapping):
+        return {"__map": [[_encode(k), _encode(v)] for k, v in value.items()]}
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__t" in value:
+            cls = _TYPES[value["__t"]]
+            return cls(**{k: _decode(v) for k, v in value.items() if k != "__t"})
+        if "__tuple" in value:
+            return tuple(_decode(v) for v in value["__tuple"])
+        if "__map" in value:
+            return {_decode(k): _decode(v) for k, v in value["__map"]}
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    return value
+
+
+def encode_state(state: AIState) -> bytes:
+    """Msgpack bytes of ``state`` (its app state must be JSON-like)."""
+    body = {
+        f.name: _encode(getattr(state, f.name))
+        for f in dataclasses.fields(state)
+        if f.name not in ("session", "starting")
+    }
+    body["session"] = state_to_wire(state.session)
+    return pack(body)
+
+
+def decode_state(data: bytes) -> AIState | None:
+    """The state in ``data``, or ``None`` when it does not decode (treat as missing)."""
+    try:
+        body = unpack(data)
+        session = parse_state(body.pop("session"))
+        fields = {k: _decode(v) for k, v in body.items()}
+        return AIState(session=session, **fields)
+    except Exception:  # any corruption means "no snapshot": the log is the truth
+        return None

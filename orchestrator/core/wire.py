@@ -1,0 +1,672 @@
+"""Wire shapes: the seed's JSON (camelCase) for every value, and msgpack at the boundary.
+
+``to_wire(value)`` gives the JSON-able dict a client or the store sees; ``parse_part``,
+``parse_action``, ``parse_message`` and ``parse_state`` read it back, checking every field and
+raising a ``ParseError`` that names the bad one. ``pack`` / ``unpack`` are msgpack over the
+same shapes. One field table per type serves both directions, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgpack
+
+from orchestrator.core._json import JsonObject, JsonValue
+from orchestrator.core._pvec import PVec
+from orchestrator.core.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase
+from orchestrator.core.errors import ParseError
+from orchestrator.core.parts import (
+    AgentMessage,
+    CompactionPart,
+    DataPart,
+    MessagePart,
+    NestedRun,
+    ReasoningPart,
+    TextPart,
+    ToolPart,
+)
+from orchestrator.core.state import ERROR_CODES, SessionError, SessionState
+from orchestrator.core.stream import (
+    AgentStreamPart,
+    CompactionUpdate,
+    DataUpdate,
+    Failure,
+    Finish,
+    MessageMetadata,
+    MessageStart,
+    Reasoning,
+    RunSnapshot,
+    StepFinish,
+    TextDelta,
+    ToolCall,
+    ToolFailure,
+    ToolInputDelta,
+    ToolResult,
+)
+
+__all__ = [
+    "action_from_wire",
+    "action_to_wire",
+    "message_from_wire",
+    "message_part_from_wire",
+    "message_to_wire",
+    "pack",
+    "parse_action",
+    "parse_message",
+    "parse_part",
+    "parse_state",
+    "part_from_wire",
+    "part_to_wire",
+    "part_to_wire_message",
+    "run_from_wire",
+    "run_status_to_wire",
+    "state_to_wire",
+    "unpack",
+]
+
+
+# -- field kinds: each checks (and converts) one wire value -------------------------------------
+
+Check = Callable[[Any, str], Any]
+
+
+def _str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ParseError(f"{where} must be a string, got {_kind(value)}", where)
+    return value
+
+
+def _nonempty(value: Any, where: str) -> str:
+    if not _str(value, where):
+        raise ParseError(f"{where} must be a non-empty string", where)
+    return str(value)
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParseError(f"{where} must be an integer, got {_kind(value)}", where)
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ParseError(f"{where} must be true or false, got {_kind(value)}", where)
+    return value
+
+
+def _json(value: Any, where: str) -> JsonValue:
+    _check_json(value, where, 0)
+    result: JsonValue = value
+    return result
+
+
+def _object(value: Any, where: str) -> JsonObject:
+    if not isinstance(value, Mapping):
+        raise ParseError(f"{where} must be an object, got {_kind(value)}", where)
+    return dict(_json(dict(value), where))  # type: ignore[arg-type]
+
+
+def _one_of(*choices: str) -> Check:
+    def check(value: Any, where: str) -> str:
+        if value not in choices:
+            raise ParseError(f"{where} must be one of {', '.join(map(repr, choices))}; got {value!r}", where)
+        return str(value)
+
+    return check
+
+
+def _error_code(value: Any, where: str) -> str:
+    if value not in ERROR_CODES:
+        raise ParseError(f"{where} must be one of {', '.join(sorted(ERROR_CODES))} (or left out); got {value!r}", where)
+    return str(value)
+
+
+def _within(value: Any, where: str) -> str | tuple[str, ...]:
+    if isinstance(value, str):
+        return _nonempty(value, where)
+    if isinstance(value, Sequence) and value and all(isinstance(v, str) and v for v in value):
+        return tuple(value)
+    raise ParseError(f"{where} must be a call id or a non-empty list of call ids, got {_kind(value)}", where)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }.get(type(value), type(value).__name__)
+
+
+def _check_json(value: Any, where: str, depth: int) -> None:
+    if depth > 64:
+        raise ParseError(f"{where} is nested too deeply (over 64 levels)", where)
+    if value is None or isinstance(value, str | bool | int | float):
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]", depth + 1)
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ParseError(f"{where} has a non-string key {key!r}", where)
+            _check_json(item, f"{where}.{key}", depth + 1)
+        return
+    raise ParseError(f"{where} must be JSON, got {type(value).__name__}", where)
+
+
+# -- field tables ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    wire: str
+    attr: str
+    check: Check
+    required: bool = False
+    default: Any = None
+
+
+def _req(wire: str, attr: str, check: Check) -> _Field:
+    return _Field(wire, attr, check, required=True)
+
+
+def _opt(wire: str, attr: str, check: Check, default: Any = None) -> _Field:
+    return _Field(wire, attr, check, default=default)
+
+
+_STREAM: Final[dict[str, tuple[type, tuple[_Field, ...]]]] = {
+    "message-start": (
+        MessageStart,
+        (_req("messageId", "message_id", _nonempty), _opt("metadata", "metadata", _object)),
+    ),
+    "text-delta": (TextDelta, (_req("delta", "delta", _str), _opt("messageId", "message_id", _nonempty))),
+    "reasoning": (Reasoning, (_req("text", "text", _str), _opt("messageId", "message_id", _nonempty))),
+    "tool-call": (
+        ToolCall,
+        (
+            _req("id", "id", _nonempty),
+            _req("name", "name", _nonempty),
+            _opt("input", "input", _json),
+            _opt("messageId", "message_id", _nonempty),
+        ),
+    ),
+    "tool-input-delta": (
+        ToolInputDelta,
+        (
+            _req("id", "id", _nonempty),
+            _req("delta", "delta", _str),
+            _opt("name", "name", _nonempty),
+            _opt("messageId", "message_id", _nonempty),
+        ),
+    ),
+    "tool-result": (
+        ToolResult,
+        (
+            _req("id", "id", _nonempty),
+            _opt("output", "output", _json),
+            _opt("preliminary", "preliminary", _bool, False),
+        ),
+    ),
+    "tool-error": (
+        ToolFailure,
+        (_req("id", "id", _nonempty), _req("error", "error", _str), _opt("code", "code", _nonempty)),
+    ),
+    "step-finish": (StepFinish, (_opt("usage", "usage", _object), _opt("finishReason", "finish_reason", _nonempty))),
+    "finish": (Finish, (_opt("reason", "reason", _nonempty, "stop"),)),
+    "error": (Failure, (_req("error", "error", _str), _opt("code", "code", _error_code))),
+    "message-metadata": (
+        MessageMetadata,
+        (_req("metadata", "metadata", _object), _opt("messageId", "message_id", _nonempty)),
+    ),
+    "data": (
+        DataUpdate,
+        (
+            _req("name", "name", _nonempty),
+            _opt("data", "data", _json),
+            _opt("id", "id", _nonempty),
+            _opt("messageId", "message_id", _nonempty),
+        ),
+    ),
+    "compaction": (
+        CompactionUpdate,
+        (
+            _req("id", "id", _nonempty),
+            _req("status", "status", _one_of("running", "completed", "failed", "interrupted")),
+            _opt("summary", "summary", _str),
+            _opt("inputTokens", "input_tokens", _int),
+            _opt("thresholdTokens", "threshold_tokens", _int),
+            _opt("usage", "usage", _object),
+            _opt("messageId", "message_id", _nonempty),
+        ),
+    ),
+}
+
+_STREAM["nested-run"] = (RunSnapshot, (_req("run", "run", lambda v, w: _parse_run(v, f"{w}.", NestedRun)),))
+
+_STREAM_BY_CLASS: Final = {cls: (tag, fields) for tag, (cls, fields) in _STREAM.items()}
+
+
+def _read_fields(obj: Mapping[str, Any], fields: tuple[_Field, ...], what: str, prefix: str) -> dict[str, Any]:
+    known = {f.wire for f in fields} | {"type"}
+    for key in obj:
+        if key not in known:
+            names = ", ".join(sorted(known - {"type"})) or "none"
+            raise ParseError(
+                f"{prefix}{key} is not a field of {what} (its fields: {names}); remove it or fix its spelling",
+                f"{prefix}{key}",
+            )
+    kwargs: dict[str, Any] = {}
+    for f in fields:
+        if f.wire in obj and obj[f.wire] is not None:
+            kwargs[f.attr] = f.check(obj[f.wire], f"{prefix}{f.wire}")
+        elif f.required:
+            raise ParseError(f"{prefix}{f.wire} is required in {what}", f"{prefix}{f.wire}")
+    return kwargs
+
+
+def _write_fields(value: Any, tag: str, fields: tuple[_Field, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": tag}
+    for f in fields:
+        item = getattr(value, f.attr)
+        if f.required or (item is not None and item != f.default):
+            out[f.wire] = item
+    return out
+
+
+def _tagged(obj: Any, what: str, prefix: str, tags: Mapping[str, Any]) -> str:
+    if not isinstance(obj, Mapping):
+        raise ParseError(f"{prefix or 'the value'} must be an object (a {what}), got {_kind(obj)}", prefix.rstrip("."))
+    tag = obj.get("type")
+    if tag not in tags:
+        raise ParseError(
+            f"{prefix}type must name a {what}: one of {', '.join(sorted(tags))}; got {tag!r}", f"{prefix}type"
+        )
+    return str(tag)
+
+
+# -- stream parts ------------------------------------------------------------------------------
+
+
+def parse_part(obj: Any, *, where: str = "") -> AgentStreamPart:
+    """A stream part from the seed's JSON, e.g. ``{"type": "text-delta", "delta": "Hi"}``.
+
+    Raises:
+        ParseError: naming the field that is missing, unknown or of the wrong kind.
+    """
+    prefix = f"{where}." if where else ""
+    tag = _tagged(obj, "stream part", prefix, _STREAM)
+    cls, fields = _STREAM[tag]
+    part: AgentStreamPart = cls(**_read_fields(obj, fields, f"a {tag!r} part", prefix))
+    return part
+
+
+def part_to_wire(part: AgentStreamPart) -> dict[str, Any]:
+    """The seed's JSON for a stream part."""
+    if type(part) is RunSnapshot:
+        return {"type": "nested-run", "run": _run_to_wire(part.run)}
+    tag, fields = _STREAM_BY_CLASS[type(part)]
+    return _write_fields(part, tag, fields)
+
+
+def part_from_wire(obj: Mapping[str, Any]) -> AgentStreamPart:
+    """A stream part from trusted wire data (the store): no per-field checks."""
+    tag = obj["type"]
+    if tag == "nested-run":
+        return RunSnapshot(run_from_wire(obj["run"]))
+    cls, fields = _STREAM[tag]
+    part: AgentStreamPart = cls(**{f.attr: obj[f.wire] for f in fields if f.wire in obj})
+    return part
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+_ACTION_TAGS: Final = dict.fromkeys(("send", "part", "toolPhase", "tool_phase", "stop", "retry", "reset"))
+
+
+def parse_action(obj: Any) -> SessionAction:
+    """A session action from the seed's JSON, e.g. ``{"type": "send", "id": "u-1", "text": "Hi"}``.
+
+    ``toolPhase`` is also accepted as ``tool_phase``.
+
+    Raises:
+        ParseError: naming the field that is missing, unknown or of the wrong kind.
+    """
+    tag = _tagged(obj, "session action", "", _ACTION_TAGS)
+    if tag == "send":
+        kw = _read_fields(obj, (_req("id", "id", _nonempty), _req("text", "text", _str)), "a 'send' action", "")
+        return Send(**kw)
+    if tag == "part":
+        kw = _read_fields(
+            obj, (_req("part", "part", lambda v, w: v), _opt("within", "within", _within)), "a 'part' action", ""
+        )
+        return ApplyPart(parse_part(kw["part"], where="part"), kw.get("within"))
+    if tag in ("toolPhase", "tool_phase"):
+        kw = _read_fields(
+            obj,
+            (
+                _req("name", "name", _nonempty),
+                _req("state", "state", _one_of("running", "awaiting-confirmation")),
+                _opt("prompt", "prompt", _str),
+                _opt("id", "id", _nonempty),
+            ),
+            "a 'toolPhase' action",
+            "",
+        )
+        return ToolPhase(**kw)
+    _read_fields(obj, (), f"a {tag!r} action", "")
+    simple: dict[str, type[Stop | Retry | Reset]] = {"stop": Stop, "retry": Retry, "reset": Reset}
+    return simple[tag]()
+
+
+def action_from_wire(obj: Mapping[str, Any]) -> SessionAction:
+    """A session action from trusted wire data (our own nested batches): no per-field checks."""
+    tag = obj["type"]
+    if tag == "part":
+        within = obj.get("within")
+        return ApplyPart(
+            part_from_wire(obj["part"]), within if isinstance(within, str) or within is None else tuple(within)
+        )
+    if tag in ("toolPhase", "tool_phase"):
+        return ToolPhase(obj["name"], obj["state"], obj.get("prompt"), obj.get("id"))
+    if tag == "send":
+        return Send(obj["id"], obj["text"])
+    simple: dict[str, type[Stop | Retry | Reset]] = {"stop": Stop, "retry": Retry, "reset": Reset}
+    return simple[tag]()
+
+
+def action_to_wire(action: SessionAction) -> dict[str, Any]:
+    """The seed's JSON for an action."""
+    match action:
+        case Send(id=i, text=t):
+            return {"type": "send", "id": i, "text": t}
+        case ApplyPart(part=p, within=w):
+            out: dict[str, Any] = {"type": "part", "part": part_to_wire(p)}
+            if w is not None:
+                out["within"] = w if isinstance(w, str) else list(w)
+            return out
+        case ToolPhase():
+            phase: dict[str, Any] = {"type": "toolPhase", "name": action.name, "state": action.state}
+            if action.prompt is not None:
+                phase["prompt"] = action.prompt
+            if action.id is not None:
+                phase["id"] = action.id
+            return phase
+        case Stop() | Retry() | Reset():
+            return {"type": action.type}
+
+
+# -- message parts, messages, states ------------------------------------------------------------
+
+_TOOL_STATES = _one_of("running", "awaiting-confirmation", "done", "error", "cancelled")
+_RUN_STATUS = _one_of("idle", "streaming", "error")
+_ROLE = _one_of("user", "assistant", "system")
+
+
+def part_to_wire_message(part: MessagePart, *, with_agent: bool = True) -> dict[str, Any]:
+    """The wire JSON of a message part (``with_agent=False`` leaves a nested run out)."""
+    if not with_agent and type(part) is ToolPart and part.agent is not None:
+        wire = _message_part_to_wire(part)
+        del wire["agent"]
+        return wire
+    return _message_part_to_wire(part)
+
+
+def run_status_to_wire(run: SessionState | NestedRun) -> dict[str, Any]:
+    """``{"status", "error"?}`` of a run."""
+    out: dict[str, Any] = {"status": run.status}
+    if run.error is not None:
+        out["error"] = _error_to_wire(run.error)
+    return out
+
+
+def _message_part_to_wire(part: MessagePart) -> dict[str, Any]:
+    if type(part) is TextPart:
+        return {"type": "text", "id": part.id, "text": part.text}
+    if type(part) is ReasoningPart:
+        return {"type": "reasoning", "id": part.id, "text": part.text}
+    if type(part) is ToolPart:
+        out: dict[str, Any] = {
+            "type": "tool",
+            "id": part.id,
+            "name": part.name,
+            "state": part.state,
+            "input": part.input,
+        }
+        for key, item in (("output", part.output), ("error", part.error), ("prompt", part.prompt)):
+            if item is not None:
+                out[key] = item
+        if part.input_text is not None:
+            out["inputText"] = part.input_text
+        if part.agent is not None:
+            out["agent"] = _run_to_wire(part.agent)
+        return out
+    if type(part) is CompactionPart:
+        comp: dict[str, Any] = {"type": "compaction", "id": part.id, "status": part.status}
+        for key, item in (
+            ("summary", part.summary),
+            ("inputTokens", part.input_tokens),
+            ("thresholdTokens", part.threshold_tokens),
+            ("usage", part.usage),
+        ):
+            if item is not None:
+                comp[key] = item
+        return comp
+    assert type(part) is DataPart
+    return {"type": "data", "id": part.id, "name": part.name, "data": part.data}
+
+
+_MESSAGE_PART_TAGS: Final = dict.fromkeys(("text", "reasoning", "tool", "compaction", "data"))
+
+
+def _parse_message_part(obj: Any, prefix: str) -> MessagePart:
+    tag = _tagged(obj, "message part", prefix, _MESSAGE_PART_TAGS)
+    what = f"a {tag!r} part"
+    if tag in ("text", "reasoning"):
+        kw = _read_fields(obj, (_req("id", "id", _nonempty), _req("text", "text", _str)), what, prefix)
+        return TextPart(kw["id"], kw["text"]) if tag == "text" else ReasoningPart(kw["id"], kw["text"])
+    if tag == "tool":
+        kw = _read_fields(
+            obj,
+            (
+                _req("id", "id", _nonempty),
+                _req("name", "name", _str),
+                _req("state", "state", _TOOL_STATES),
+                _opt("input", "input", _json),
+                _opt("output", "output", _json),
+                _opt("error", "error", _str),
+                _opt("prompt", "prompt", _str),
+                _opt("inputText", "input_text", _str),
+                _opt("agent", "agent", lambda v, w: _parse_run(v, f"{w}.", NestedRun)),
+            ),
+            what,
+            prefix,
+        )
+        return ToolPart(**kw)
+    if tag == "compaction":
+        kw = _read_fields(
+            obj,
+            (
+                _req("id", "id", _nonempty),
+                _req("status", "status", _one_of("running", "completed", "failed", "interrupted")),
+                _opt("summary", "summary", _str),
+                _opt("inputTokens", "input_tokens", _int),
+                _opt("thresholdTokens", "threshold_tokens", _int),
+                _opt("usage", "usage", _object),
+            ),
+            what,
+            prefix,
+        )
+        return CompactionPart(**kw)
+    kw = _read_fields(
+        obj, (_req("id", "id", _nonempty), _req("name", "name", _nonempty), _opt("data", "data", _json)), what, prefix
+    )
+    return DataPart(kw["id"], kw["name"], kw.get("data"))
+
+
+def message_from_wire(obj: Mapping[str, Any]) -> AgentMessage:
+    """A message from trusted wire data (our own mutations and snapshots): no per-field checks."""
+    return AgentMessage(
+        obj["id"],
+        obj["role"],
+        tuple(message_part_from_wire(p) for p in obj.get("parts", ())),
+        obj.get("revision", 0),
+        obj.get("metadata"),
+    )
+
+
+def run_from_wire(obj: Mapping[str, Any]) -> NestedRun:
+    """A sub-agent's run from trusted wire data (a nested snapshot, a tool part's ``agent``)."""
+    error = obj.get("error")
+    return NestedRun(
+        PVec([message_from_wire(m) for m in obj.get("messages", ())]),
+        obj.get("status", "streaming"),
+        None if error is None else SessionError(error["message"], error.get("code")),
+    )
+
+
+def message_part_from_wire(obj: Mapping[str, Any]) -> MessagePart:
+    """A message part from trusted wire data."""
+    tag = obj["type"]
+    if tag == "text":
+        return TextPart(obj["id"], obj["text"])
+    if tag == "tool":
+        agent = obj.get("agent")
+        nested = None if agent is None else run_from_wire(agent)
+        return ToolPart(
+            obj["id"],
+            obj["name"],
+            obj.get("input"),
+            obj["state"],
+            output=obj.get("output"),
+            error=obj.get("error"),
+            prompt=obj.get("prompt"),
+            agent=nested,
+            input_text=obj.get("inputText"),
+        )
+    if tag == "reasoning":
+        return ReasoningPart(obj["id"], obj["text"])
+    if tag == "compaction":
+        return CompactionPart(
+            obj["id"],
+            obj["status"],
+            obj.get("summary"),
+            obj.get("inputTokens"),
+            obj.get("thresholdTokens"),
+            obj.get("usage"),
+        )
+    return DataPart(obj["id"], obj["name"], obj.get("data"))
+
+
+def message_to_wire(message: AgentMessage) -> dict[str, Any]:
+    """The wire JSON of a message (``{"id", "role", "parts", "revision", "metadata"?}``)."""
+    out: dict[str, Any] = {
+        "id": message.id,
+        "role": message.role,
+        "parts": [_message_part_to_wire(p) for p in message.parts],
+        "revision": message.revision,
+    }
+    if message.metadata is not None:
+        out["metadata"] = dict(message.metadata)
+    return out
+
+
+def parse_message(obj: Any, *, where: str = "") -> AgentMessage:
+    """A message from its wire JSON. Raises ``ParseError`` naming the bad field."""
+    prefix = f"{where}." if where else ""
+    if not isinstance(obj, Mapping):
+        raise ParseError(f"{where or 'a message'} must be an object, got {_kind(obj)}", where)
+    kw = _read_fields(
+        obj,
+        (
+            _req("id", "id", _nonempty),
+            _req("role", "role", _ROLE),
+            _opt("parts", "parts", lambda v, w: _list(v, w, _parse_message_part)),
+            _opt("revision", "revision", _int, 0),
+            _opt("metadata", "metadata", _object),
+        ),
+        "a message",
+        prefix,
+    )
+    return AgentMessage(kw["id"], kw["role"], tuple(kw.get("parts", ())), kw.get("revision", 0), kw.get("metadata"))
+
+
+def _list(value: Any, where: str, item: Callable[[Any, str], Any]) -> list[Any]:
+    if not isinstance(value, list | tuple):
+        raise ParseError(f"{where} must be a list, got {_kind(value)}", where)
+    return [item(v, f"{where}[{i}].") for i, v in enumerate(value)]
+
+
+def _run_to_wire(run: SessionState | NestedRun) -> dict[str, Any]:
+    out: dict[str, Any] = {"messages": [message_to_wire(m) for m in run.messages], "status": run.status}
+    if run.error is not None:
+        out["error"] = _error_to_wire(run.error)
+    return out
+
+
+def _error_to_wire(error: SessionError) -> dict[str, Any]:
+    return {"message": error.message} if error.code is None else {"message": error.message, "code": error.code}
+
+
+def _parse_error(value: Any, where: str) -> SessionError:
+    if not isinstance(value, Mapping):
+        raise ParseError(f"{where} must be an object like {{'message': ..., 'code': ...}}", where)
+    kw = _read_fields(
+        value,
+        (_req("message", "message", _str), _opt("code", "code", _error_code)),
+        "an error",
+        f"{where}.",
+    )
+    return SessionError(kw["message"], kw.get("code"))
+
+
+def _parse_run(obj: Any, prefix: str, kind: type[Any]) -> Any:
+    if not isinstance(obj, Mapping):
+        raise ParseError(f"{prefix.rstrip('.') or 'the state'} must be an object, got {_kind(obj)}", prefix.rstrip("."))
+    kw = _read_fields(
+        obj,
+        (
+            _opt(
+                "messages", "messages", lambda v, w: _list(v, w, lambda m, mw: parse_message(m, where=mw.rstrip(".")))
+            ),
+            _opt("status", "status", _RUN_STATUS),
+            _opt("error", "error", _parse_error),
+        ),
+        "a session state" if kind is SessionState else "a nested run",
+        prefix,
+    )
+    default_status = "idle" if kind is SessionState else "streaming"
+    return kind(PVec(kw.get("messages", ())), kw.get("status", default_status), kw.get("error"))
+
+
+def state_to_wire(state: SessionState) -> dict[str, Any]:
+    """The wire JSON of a session state (``{"messages", "status", "error"?}``)."""
+    return _run_to_wire(state)
+
+
+def parse_state(obj: Any) -> SessionState:
+    """A session state from its wire JSON. Raises ``ParseError`` naming the bad field."""
+    state: SessionState = _parse_run(obj, "", SessionState)
+    return state
+
+
+# -- msgpack -----------------------------------------------------------------------------------
+
+
+def pack(obj: JsonValue | Mapping[str, Any]) -> bytes:
+    """Msgpack bytes of a wire value."""
+    data: bytes = msgpack.packb(obj, use_bin_type=True)
+    return data
+
+
+def unpack(data: bytes) -> Any:
+    """A wire value from msgpack bytes (lists stay lists)."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)

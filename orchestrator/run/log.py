@@ -1,0 +1,162 @@
+"""``SessionLog``: one session's durable log and its fold, kept in step.
+
+Every change goes through ``append``: the events are written (one atomic batch, at the index the
+fold reflects) and only then folded. So the in-memory state is always the fold of what is
+durable, and a process that dies loses nothing that was acknowledged. ``state()`` answers with
+the state and the index it reflects; ``state_at`` folds any reducer to any point of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from orchestrator.core.actions import SessionAction
+from orchestrator.core.aistate import AIState
+from orchestrator.core.contract import Contract, Reducer
+from orchestrator.core.errors import UsageError
+from orchestrator.core.events import AppendResult, Event
+from orchestrator.core.fold import evolve, fold_events, initial_state
+from orchestrator.core.ids import derived_event_id
+from orchestrator.core.snapshot import decode_state, encode_state, snapshot_key
+from orchestrator.store.base import EventStore
+
+__all__ = ["Applied", "SessionLog", "Snapshot"]
+
+S = TypeVar("S")
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A state and the log index it reflects (what ``session.state()`` returns)."""
+
+    state: AIState
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """One appended event and the session actions folding it applied to the conversation."""
+
+    event: Event
+    actions: list[SessionAction]
+    state: AIState
+    """The state right after this event (so mutations can be derived event by event)."""
+
+
+class SessionLog:
+    """A session's log and fold. Not safe for concurrent appends: its owner serializes them."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        session_id: str,
+        contract: Contract | None = None,
+        *,
+        snapshot_every: int = 256,
+    ) -> None:
+        if not session_id:
+            raise UsageError("a session needs a non-empty id")
+        self.store = store
+        self.session_id = session_id
+        self.contract = contract
+        self.snapshot_every = snapshot_every
+        self.state: AIState = initial_state(contract)
+        self.index = 0
+        self._snapshot_index = 0
+
+    @classmethod
+    async def open(
+        cls, store: EventStore, session_id: str, contract: Contract | None = None, **options: Any
+    ) -> SessionLog:
+        """Load the session: the newest valid snapshot, then every event after it."""
+        log = cls(store, session_id, contract, **options)
+        await log.refresh()
+        return log
+
+    async def refresh(self) -> None:
+        """Re-read the log (after another writer appended, or a ``ConcurrencyConflict``)."""
+        key = snapshot_key(self.contract)
+        snap = await self.store.load_snapshot(self.session_id, key)
+        state, index = initial_state(self.contract), 0
+        if snap is not None:
+            decoded = decode_state(snap.data)
+            last = await self.store.last_index(self.session_id)
+            if decoded is not None and snap.index <= last:  # a snapshot past the log is stale
+                state, index = decoded, snap.index
+        events = await self.store.read(self.session_id, after=index)
+        self.state = fold_events(events, state, self.contract)
+        self.index = events[-1].index if events else index
+        self._snapshot_index = index
+
+    def snapshot(self) -> Snapshot:
+        """The current state and the index it reflects."""
+        return Snapshot(self.state, self.index)
+
+    def stamp(self, event: Event, offset: int, now: float) -> Event:
+        """``event`` as the ``offset``-th (from 0) of the next batch: its id, time and index.
+
+        A server event without an id gets ``troupe:<session>#<index>``, so retrying the same
+        batch replays it.
+        """
+        index = self.index + offset + 1
+        event_id = event.id or derived_event_id(self.session_id, index)
+        return Event(event_id, event.type, event.payload, event.at or now, self.session_id, index)
+
+    def fold(self, stamped: Sequence[Event], state: AIState | None = None) -> list[Applied]:
+        """Fold stamped events over ``state`` (default: the current state), without writing."""
+        current = self.state if state is None else state
+        applied = []
+        for event in stamped:
+            current, actions = evolve(current, event, self.contract)
+            applied.append(Applied(event, actions, current))
+        return applied
+
+    async def commit(self, stamped: Sequence[Event], applied: Sequence[Applied]) -> AppendResult:
+        """Write a stamped batch whose fold is ``applied``; only then does the state move.
+
+        An identical re-append of events already in the store returns the original result with
+        ``duplicate=True`` and moves nothing (the log is re-read if it was ahead of us).
+
+        Raises:
+            ConcurrencyConflict: another writer appended; call ``refresh`` and decide again.
+            PartialDuplicateBatch: an id was reused with other content.
+        """
+        result = await self.store.append(self.session_id, stamped, expected_index=self.index, trusted=True)
+        if result.duplicate:
+            if result.last_index > self.index:  # written by an earlier attempt we never saw confirmed
+                await self.refresh()
+            return result
+        self.state = applied[-1].state
+        self.index = result.last_index
+        if self.index - self._snapshot_index >= self.snapshot_every:
+            await self.save_snapshot()
+        return result
+
+    async def append(self, events: Sequence[Event], *, now: float = 0.0) -> tuple[AppendResult, list[Applied]]:
+        """Write ``events`` as one batch at the current index, then fold them (see ``commit``)."""
+        stamped = [self.stamp(event, offset, now) for offset, event in enumerate(events)]
+        applied = self.fold(stamped)
+        result = await self.commit(stamped, applied)
+        return result, ([] if result.duplicate else applied)
+
+    async def save_snapshot(self) -> None:
+        """Cache the current fold (skipped silently when the app state is not JSON-like)."""
+        try:
+            data = encode_state(self.state)
+        except (TypeError, ValueError):
+            return
+        await self.store.save_snapshot(self.session_id, snapshot_key(self.contract), self.index, data)
+        self._snapshot_index = self.index
+
+    async def state_at(self, reducer: Reducer[S] | None = None, *, through: int | None = None) -> tuple[Any, int]:
+        """Fold ``reducer`` (default: the session fold) over the log through ``through``."""
+        if reducer is None and (through is None or through >= self.index):
+            return self.state, self.index
+        limit = None if through is None else max(through, 0)
+        events = await self.store.read(self.session_id, after=0, limit=limit)
+        index = events[-1].index if events else 0
+        if reducer is None:
+            return fold_events(events, None, self.contract), index
+        return reducer.replay(events), index

@@ -1,0 +1,158 @@
+"""``troupe bench``: the benchmarks that measure this machine (the README quotes their figures).
+
+``reducer`` and ``store`` need no Ray; ``shop`` (and ``actors``) start a local Ray of their own in
+a scratch directory, with telemetry off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from orchestrator.surfaces.cli.common import fail, stdout
+
+__all__ = ["ACTORS_BENCH", "bench_app", "load_actors_bench", "parse_sizes"]
+
+bench_app = typer.Typer(
+    help="Benchmarks that measure this machine (see the README for the figures).", no_args_is_help=True
+)
+
+ACTORS_BENCH = "actors.bench.nested"
+"""The module of ``troupe bench actors``: ``async bench_actors(...) -> dict``, ``format_actors(dict) -> str``."""
+
+
+def _write_json(path: Path | None, data: object) -> None:
+    if path is not None:
+        path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        stdout().print(f"figures written to {path}")
+
+
+@bench_app.command("reducer")
+def bench_reducer_command(
+    deltas: Annotated[int, typer.Option(min=1, help="Text-deltas applied per measurement.")] = 200_000,
+    repeats: Annotated[int, typer.Option(min=1, help="Measurements per case (the median is reported).")] = 5,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """Text-deltas/s through the session reducer: 10 vs 10,000 messages, and nested two deep."""
+    from orchestrator.surfaces.bench.reducer import bench_reducer, format_reducer_bench
+
+    results = bench_reducer(deltas=deltas, repeats=repeats)
+    stdout().print(format_reducer_bench(results), highlight=False, soft_wrap=True)
+    _write_json(json_file, [dataclasses.asdict(case) for case in results])
+
+
+@bench_app.command("store")
+def bench_store_command(
+    parts: Annotated[int, typer.Option(min=1, help="Text-delta parts appended per batch size.")] = 100_000,
+    sessions: Annotated[int, typer.Option(min=1, help="Sessions appending at once.")] = 100,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """Stream parts/s into the SQLite store, and its bytes per part and per 3-turn session."""
+    from orchestrator.surfaces.bench.store import bench_store, format_store_bench
+
+    scratch = Path(tempfile.mkdtemp(prefix="troupe-bench-store-"))
+    try:
+        result = asyncio.run(bench_store(str(scratch / "bench.db"), parts=parts, sessions=sessions))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    stdout().print(format_store_bench(result), highlight=False, soft_wrap=True)
+    _write_json(json_file, result)
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``"1,10,100"`` -> ``(1, 10, 100)``; every size a positive integer."""
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: give comma-separated session counts, e.g. 1,10,100") from None
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter(f"{text!r}: every size must be at least 1, e.g. 1,10,100")
+    return sizes
+
+
+@bench_app.command("shop")
+def bench_shop_command(
+    sizes: Annotated[str, typer.Option(help="Session counts to run, comma separated.")] = "1,10,100,1000",
+    repeats: Annotated[int, typer.Option(min=1, help="Runs per size (the median is reported).")] = 3,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+    placement: Annotated[
+        Literal["pooled", "dedicated"], typer.Option(help="pooled: sessions share host actors; dedicated: one each.")
+    ] = "pooled",
+    workdir: Annotated[
+        Path | None, typer.Option(help="Keep the SQLite file and Ray's files here (default: a scratch dir, removed).")
+    ] = None,
+) -> None:
+    """The shop workload end to end on Ray: N sessions x 3 turns with a sub-agent, verified live."""
+    counts = parse_sizes(sizes)
+    from actors.bench.shop import ShopRun, bench_shop, format_shop, write_json
+
+    console = stdout()
+    done: dict[int, int] = {}
+
+    def progress(run: ShopRun) -> None:
+        done[run.sessions] = done.get(run.sessions, 0) + 1
+        console.print(
+            f"N={run.sessions:<5} run {done[run.sessions]}/{repeats}: {run.wall_s:.2f} s, "
+            f"{run.sessions_per_s:.1f} sessions/s, {run.text_chunks_per_s:,.0f} chunks/s, "
+            f"TTFT p50 {run.ttft_ms_p50:.1f} ms",
+            highlight=False,
+        )
+
+    console.print(f"bench shop: sizes {', '.join(map(str, counts))}, {repeats} run(s) each, {placement}")
+    figures = asyncio.run(
+        bench_shop(
+            counts,
+            repeats=repeats,
+            placement=placement,
+            workdir=None if workdir is None else str(workdir.resolve()),
+            progress=progress,
+        )
+    )
+    console.print(format_shop(figures), highlight=False, soft_wrap=True)
+    if json_file is not None:
+        write_json(str(json_file), figures)
+        console.print(f"figures written to {json_file}")
+
+
+# `troupe bench actors` runs actors/bench/nested.py: `async def bench_actors(...) -> dict` and
+# `def format_actors(dict) -> str` (loaded by name, so this module needs no Ray to import).
+
+
+def load_actors_bench(module: str = ACTORS_BENCH) -> tuple[Any, Any]:
+    """``(bench_actors, format_actors)`` from ``module``.
+
+    Raises:
+        CommandFailed: the module (or one of the two functions) is not there yet.
+    """
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name is not None and module.startswith(error.name):
+            fail(f"troupe bench actors needs {module} (bench_actors, format_actors), which this install lacks yet")
+        raise
+    bench, show = getattr(loaded, "bench_actors", None), getattr(loaded, "format_actors", None)
+    if bench is None or show is None:
+        fail(f"{module} must define bench_actors() and format_actors(result) for troupe bench actors")
+    return bench, show
+
+
+@bench_app.command("actors")
+def bench_actors_command(
+    parts: Annotated[int, typer.Option(min=1, help="Text parts the child streams to its parent.")] = 200_000,
+    trials: Annotated[int, typer.Option(min=1, help="Delegate calls timed to their first nested part.")] = 10,
+    recoveries: Annotated[int, typer.Option(min=1, help="Host kills timed to streaming again.")] = 3,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """Sub-agents across Ray actors: nested parts/s, time to the first nested part, recovery from a killed host."""
+    bench, show = load_actors_bench()
+    result = asyncio.run(bench(parts=parts, trials=trials, recoveries=recoveries))
+    stdout().print(show(result), highlight=False, soft_wrap=True)
+    _write_json(json_file, result)

@@ -1,0 +1,107 @@
+"""``create_app``: the HTTP surface of a runtime (FastAPI), and ``serve`` (uvicorn).
+
+Bearer-token auth (``api_keys``; none configured: the server is open, so ``serve`` binds
+127.0.0.1 by default); a session belongs to the key that created it and is a 404 for any other;
+request bodies are limited to ``max_body_bytes`` (413); every error is
+``{"error": {"message", "field"}}`` (``orchestrator.surfaces.http.errors``). ``/openapi.json`` describes
+every route, ``/docs`` renders it.
+
+This package lives in ``orchestrator/`` but never imports Ray: the runtime arrives as an object,
+and ``actors`` is imported for type checking only. It is a shell (it reads the clock for
+heartbeats, throttling and ownership timestamps); its translators (``aisdk.MessageStream``,
+``chat.ChatTurn``) stay pure and take the time as an argument.
+
+Modules: ``api`` (session routes), ``chat_api`` (AI SDK routes), ``sse`` (the resumable mutation
+stream), ``chat`` and ``aisdk`` (turn -> UI message chunks), ``models`` (bodies), ``errors``
+(error shape, size limit), ``owners`` (keys and ownership), ``deps``, ``state``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+
+from orchestrator.core.errors import UsageError
+from orchestrator.run.agent import Agent
+from orchestrator.surfaces.http.api import session_router
+from orchestrator.surfaces.http.chat_api import chat_router
+from orchestrator.surfaces.http.deps import Context
+from orchestrator.surfaces.http.errors import BodyLimit, install_handlers
+from orchestrator.surfaces.http.owners import Keys, Owners
+
+if TYPE_CHECKING:
+    from actors.base import BaseRuntime
+
+__all__ = ["create_app", "serve"]
+
+DESCRIPTION = """\
+Durable agent sessions over HTTP.
+
+* **Sessions** — create, send, prompt, steer, stop, retry, queue operations, pause/resume,
+  approvals, app events, state, and a resumable SSE stream of mutations
+  (`GET /api/sessions/{id}/events`; reconnect with `Last-Event-ID`).
+* **Vercel AI SDK** — `POST /api/chat` speaks the UI message stream protocol
+  (`x-vercel-ai-ui-message-stream: v1`), so `useChat` with `DefaultChatTransport` works as it is.
+
+Authenticate with `Authorization: Bearer <key>`. Errors are `{"error": {"message", "field"}}`.
+A command's rejection is a normal result (HTTP 200, `outcome: "rejected"`).
+"""
+
+
+def create_app(
+    runtime: BaseRuntime,
+    agent: Agent,
+    *,
+    api_keys: Sequence[str] = (),
+    max_body_bytes: int = 1_000_000,
+    title: str = "Troupe",
+    heartbeat: float = 15.0,
+    throttle: float = 0.1,
+) -> FastAPI:
+    """The HTTP app for ``runtime`` (started) where every session runs ``agent``.
+
+    Args:
+        runtime: a started runtime (``Runtime`` on Ray, ``LocalRuntime`` in process).
+        agent: what every session runs; its ``contract`` gives the app events and ``authorize``.
+        api_keys: the bearer tokens accepted (none: an open server for local use).
+        max_body_bytes: the largest request body accepted (413 beyond).
+        title: the OpenAPI title.
+        heartbeat: seconds between ``: ping`` comments on idle SSE streams.
+        throttle: least seconds between two preliminary outputs of a sub-agent call on ``/api/chat``.
+
+    Raises:
+        UsageError: an argument that cannot work (how to fix it is in the message).
+    """
+    if not isinstance(agent, Agent):
+        raise UsageError(f"create_app(runtime, agent): agent must be an Agent, got {type(agent).__name__}")
+    if isinstance(api_keys, str):
+        raise UsageError("create_app(api_keys=...) takes a list of keys, not one string")
+    if max_body_bytes < 1:
+        raise UsageError("create_app(max_body_bytes=...) must be a positive number of bytes")
+    try:
+        keys = Keys(api_keys)
+    except ValueError as error:
+        raise UsageError(f"create_app: {error}") from None
+    owners = Owners(runtime.store, open_access=not keys.enabled)
+    ctx = Context(runtime, agent, keys, owners, heartbeat, throttle)
+    app = FastAPI(title=title, description=DESCRIPTION, version="1")
+    install_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.include_router(session_router(ctx))
+    app.include_router(chat_router(ctx))
+    app.state.troupe = ctx
+    return app
+
+
+async def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
+    """Serve ``app`` with uvicorn in the running event loop (the one the runtime was started in).
+
+    ``options`` go to ``uvicorn.Config`` (e.g. ``log_level="info"``). Bind a public address only
+    with ``api_keys`` set: without keys anyone who can reach the port can use every session.
+    """
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, lifespan="off", **options)
+    await uvicorn.Server(config).serve()

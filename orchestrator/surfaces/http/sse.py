@@ -1,0 +1,158 @@
+"""Server-sent events: the response class, and a session's mutation stream (``GET .../events``).
+
+The mutation stream is resumable without loss or duplicates. Every SSE event's ``id`` is a log
+index, and an event carries everything up to that index:
+
+- ``event: snapshot`` — ``{"index": N, "state": <state JSON>}``, the whole state at ``N``. Sent
+  first on a fresh connection, and again whenever the subscription had to start over (``reset``).
+- ``event: mutations`` — ``{"index": N, "mutations": [...]}``, every mutation of log index ``N``
+  (a reconnect's catch-up is one such event: the diff from the client's index to now).
+
+A reconnecting client sends the last id it saw as ``Last-Event-ID`` (or ``?after=``). The
+server subscribes first, then reads the state at ``S`` (which every later mutation follows), and
+sends the catch-up ``diff(state at L, state at S)`` as one event with id ``S``; then only live
+mutations with an index above ``S``. The catch-up folds the log once (``L`` and then on to ``S``),
+so the two states share structure and the diff is as small as the change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import StreamingResponse
+from starlette.types import Send
+
+from orchestrator.core.contract import Contract
+from orchestrator.core.fold import fold_events
+from orchestrator.core.mutations import diff
+from orchestrator.run.log import Snapshot
+from orchestrator.surfaces.http.state import state_json
+
+if TYPE_CHECKING:
+    from actors.client import Mutation, Session
+
+__all__ = ["EventStream", "session_events", "sse_event"]
+
+PING: bytes = b": ping\n\n"
+
+
+class EventStream(StreamingResponse):
+    """A ``text/event-stream`` response that always finishes its iterator and runs ``on_close``.
+
+    Starlette cancels a stream whose client went away; this makes sure the generator is closed
+    and the resources behind it (a subscription) released right then, not at garbage collection.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        status_code: int = 200,
+        *,
+        headers: Mapping[str, str] | None = None,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        """Stream ``content``; ``on_close`` runs once the stream ends, however it ends."""
+        merged = {"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})}
+        super().__init__(content, status_code, headers=merged, media_type=self.media_type)
+        self._content = content
+        self._on_close = on_close
+
+    async def stream_response(self, send: Send) -> None:
+        """Send the stream, then close the generator and release what it held."""
+        try:
+            await super().stream_response(send)
+        finally:
+            try:
+                aclose = getattr(self._content, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            finally:
+                if self._on_close is not None:
+                    self._on_close()
+
+
+def sse_event(data: Any, *, event: str | None = None, id: int | None = None) -> bytes:
+    """One SSE event with JSON ``data``."""
+    lines = []
+    if event is not None:
+        lines.append(f"event: {event}")
+    if id is not None:
+        lines.append(f"id: {id}")
+    lines.append("data: " + json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def _snapshot_event(snapshot: Snapshot) -> bytes:
+    return sse_event(
+        {"index": snapshot.index, "state": state_json(snapshot.state)}, event="snapshot", id=snapshot.index
+    )
+
+
+async def session_events(
+    session: Session,
+    contract: Contract | None,
+    last_event_id: int | None,
+    *,
+    heartbeat: float = 15.0,
+) -> AsyncGenerator[bytes, None]:
+    """The SSE bytes of a session's mutation stream (see the module docstring).
+
+    The caller has not subscribed yet; this does, and closes the subscription when it ends.
+    """
+    subscription = session.subscribe()
+    try:
+        await subscription.ready()
+        snapshot = await session.state()
+        cursor = snapshot.index
+        if last_event_id is None or last_event_id > cursor:
+            # A fresh client, or one from another history (its index is past this log's end).
+            yield _snapshot_event(snapshot)
+        elif last_event_id < cursor:
+            mutations = await _catch_up(session, contract, last_event_id, cursor)
+            yield sse_event({"index": cursor, "mutations": mutations}, event="mutations", id=cursor)
+        while True:
+            try:
+                batch = await subscription.next_batch(heartbeat)
+            except TimeoutError:
+                yield PING
+                continue
+            if batch is None:
+                return
+            if any(m.type == "reset" for m in batch):
+                snapshot = await session.state()
+                cursor = snapshot.index
+                yield _snapshot_event(snapshot)
+                continue
+            for index, group in _by_index(batch, cursor):
+                yield sse_event({"index": index, "mutations": group}, event="mutations", id=index)
+                cursor = index
+    finally:
+        subscription.close()
+
+
+def _by_index(batch: list[Mutation], cursor: int) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The mutations after ``cursor``, grouped by log index (the snapshot or catch-up holds the rest).
+
+    A host publishes each index's mutations in one piece, so an index never spans two batches.
+    """
+    groups: list[tuple[int, list[dict[str, Any]]]] = []
+    for mutation in batch:
+        index = mutation.index
+        if index <= cursor:
+            continue
+        if not groups or groups[-1][0] != index:
+            groups.append((index, []))
+        groups[-1][1].append(dict(mutation))
+    return groups
+
+
+async def _catch_up(session: Session, contract: Contract | None, after: int, through: int) -> list[dict[str, Any]]:
+    """The mutations from the state at ``after`` to the state at ``through`` (one fold of the log)."""
+    events = await session.runtime.store.read(session.id, after=0, limit=through)
+    before = fold_events(events[:after], None, contract)
+    current = fold_events(events[after:], before, contract)
+    return diff(before, current, through)

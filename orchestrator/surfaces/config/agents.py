@@ -125,6 +125,8 @@ class Builder:
         settings = body.get("settings")
         if settings is not None and not isinstance(settings, dict):
             doc.fail(key_path(at, "settings"), "settings must be a mapping", "e.g. settings: {temperature: 0.2}")
+        # Checked before Agent() so that its message is not wrapped in "invalid agent" below.
+        settings_json = cast(dict[str, JsonValue], doc.json(settings or {}, key_path(at, "settings")))
         try:
             agent = Agent(
                 name=name,
@@ -140,7 +142,7 @@ class Builder:
                     else 20
                 ),
                 compaction=compaction,
-                settings=cast(dict[str, JsonValue], doc.json(settings or {}, key_path(at, "settings"))),
+                settings=settings_json,
                 description=doc.optional_string(body.get("description"), key_path(at, "description"), "description")
                 or "",
             )

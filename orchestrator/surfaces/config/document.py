@@ -12,11 +12,11 @@ import importlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, NoReturn, cast
+from typing import Any, Final, NoReturn, assert_never, cast
 
 import yaml
 
-from orchestrator.core._json import JsonValue
+from orchestrator.core._json import MAX_JSON_DEPTH, JsonProblem, JsonValue, json_problem
 from orchestrator.core.errors import ConfigError
 
 __all__ = ["Document", "did_you_mean", "import_attribute", "key_path", "kind_of", "read_config"]
@@ -231,24 +231,46 @@ class Document:
             self.fail(path, f"{what} must be true or false, not {value!r}")
         return value
 
-    def json(self, value: Any, path: str, *, coerce: bool = True, depth: int = 0) -> JsonValue:
-        """``value`` as JSON; with ``coerce``, interpolated text that reads as a number or flag becomes one."""
-        if depth > 100:
-            self.fail(path, "the value nests too deeply (a recursive YAML alias?)", "remove the self-reference")
-        if coerce and isinstance(value, str) and path in self.interpolated:
-            return cast(JsonValue, _scalar(value))
-        if value is None or isinstance(value, str | bool | int | float):
-            return cast(JsonValue, value)
-        if isinstance(value, list):
-            return [self.json(v, key_path(path, i), coerce=coerce, depth=depth + 1) for i, v in enumerate(value)]
+    def json(self, value: Any, path: str, *, coerce: bool = True) -> JsonValue:
+        """``value`` checked as JSON; with ``coerce``, interpolated text that reads as a number or flag becomes one."""
+        if coerce and self.interpolated:
+            value = self._coerced(value, path, 0)
+        problem = json_problem(value, path)
+        if problem is not None:
+            self._not_json(problem)
+        return cast(JsonValue, value)
+
+    def _coerced(self, value: Any, path: str, depth: int) -> Any:
+        """``value`` with each interpolated string read as the scalar it spells (``"3"`` -> ``3``)."""
+        if isinstance(value, str):
+            return _scalar(value) if path in self.interpolated else value
+        if depth > MAX_JSON_DEPTH:
+            return value  # json_problem refuses it
         if isinstance(value, dict):
-            out: dict[str, JsonValue] = {}
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    self.fail(path, f"key {key!r} is not text (JSON keys are strings)", "quote it")
-                out[key] = self.json(item, key_path(path, key), coerce=coerce, depth=depth + 1)
-            return out
-        self.fail(path, f"{kind_of(value)} is not a JSON value", "quote it to make it text")
+            return {
+                k: self._coerced(v, key_path(path, k), depth + 1) if isinstance(k, str) else v for k, v in value.items()
+            }
+        if isinstance(value, list):
+            return [self._coerced(v, key_path(path, i), depth + 1) for i, v in enumerate(value)]
+        return value
+
+    def _not_json(self, problem: JsonProblem) -> NoReturn:
+        at, culprit = problem.path, problem.value
+        match problem.fault:
+            case "type":
+                self.fail(at, f"{kind_of(culprit)} is not a JSON value", "quote it to make it text")
+            case "key":
+                self.fail(at, f"key {culprit!r} is not text (JSON keys are strings)", "quote it")
+            case "integer":
+                self.fail(at, f"the integer {culprit} does not fit in 64 bits", "quote it to make it text")
+            case "number":
+                self.fail(
+                    at, f"{kind_of(culprit)} is not a JSON number", "write a finite number, or quote it to make it text"
+                )
+            case "depth":
+                self.fail(at, "the value nests too deeply (a recursive YAML alias?)", "remove the self-reference")
+            case _:
+                assert_never(problem.fault)
 
 
 def _scalar(text: str) -> str | int | float | bool:

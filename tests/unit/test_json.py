@@ -1,12 +1,13 @@
-"""The one JSON-value check (``json_problem``)."""
+"""The one JSON-value check (``json_problem``) and the draft parse of streaming arguments (``partial_json``)."""
 
 from __future__ import annotations
 
 import datetime
+import json
 
 import pytest
 
-from orchestrator.core._json import MAX_INT, MAX_JSON_DEPTH, MIN_INT, JsonProblem, json_problem
+from orchestrator.core._json import MAX_INT, MAX_JSON_DEPTH, MIN_INT, JsonProblem, json_problem, partial_json
 
 # -- json_problem ------------------------------------------------------------------------------
 
@@ -115,3 +116,65 @@ def test_str_and_int_subclasses_pass() -> None:
         pass
 
     assert json_problem({Name("k"): [Name("v"), Count(3)]}) is None
+
+
+# -- partial_json ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "draft"),
+    [
+        ('{"slug": "mug", "qty"', {"slug": "mug"}),  # a dangling key is dropped
+        ('{"query": "blue mu', {"query": "blue mu"}),  # cut in a string: what has arrived of it
+        ('{"a": [1', {"a": [1]}),  # open arrays and objects are closed
+        ('{"a": 1,', {"a": 1}),  # after a comma
+        ("[1, 2, ", [1, 2]),
+        ('{"a": "b", "c":', {"a": "b"}),  # after a colon
+        ('{"a": 12', {"a": 12}),  # cut in a number: what has arrived of it ...
+        ('{"a": 1.', {}),  # ... unless it is not a number yet
+        ('{"a": -', {}),
+        ('{"a": 1.5e', {}),
+        ('{"a": tru', {}),  # a partial literal
+        ('{"a": nul', {}),
+        ('{"a": {"b": [1, {"c": "d', {"a": {"b": [1, {"c": "d"}]}}),
+        ('{"a": "caf\\u00e9"', {"a": "caf\u00e9"}),  # unicode escapes
+        ('{"a": "caf\\u00e', {"a": "caf"}),  # cut in a unicode escape: the escape is dropped
+        ('{"a": "caf\\', {"a": "caf"}),  # cut after a backslash
+        ('{"a": "say \\"', {"a": 'say "'}),  # an escape cut just after it is kept
+        ('{"a": "line\\n', {"a": "line\n"}),
+        ('{"a": "\\ud83d\\ude00"', {"a": "\U0001f600"}),  # a surrogate pair
+        ('{"a": "\\ud83d', {"a": ""}),  # half a pair is not shown (it is not text)
+        ("{", {}),
+        ("[", []),
+        ('"abc', "abc"),
+        ("12", 12),
+    ],
+)
+def test_partial_json_drafts(text: str, draft: object) -> None:
+    assert partial_json(text) == draft
+
+
+@pytest.mark.parametrize("text", ["", "   ", "nope", "}"])
+def test_partial_json_is_none_when_nothing_parses(text: str) -> None:
+    assert partial_json(text) is None
+
+
+ARGUMENTS = {
+    "query": "blue ceramic coffee mug with a wide handle",
+    "filters": {"price_max": 25.5, "price_min": -12.5, "colors": ["blue", "navy"], "in_stock": True, "brand": None},
+    "limit": 10,
+    "note": 'caf\u00e9 "quoted" line\nbreak \\ slash \U0001f600',
+    "ids": [101, 202, 303],
+}
+
+
+def test_every_prefix_of_real_arguments_drafts_a_prefix_of_them() -> None:
+    text = json.dumps(ARGUMENTS)
+    assert partial_json(text) == ARGUMENTS
+    for cut in range(1, len(text)):
+        draft = partial_json(text[:cut])
+        assert isinstance(draft, dict), text[:cut]
+        keys = list(draft)
+        assert all(draft[key] == ARGUMENTS[key] for key in keys[:-1]), text[:cut]  # finished values are whole
+        if keys and isinstance(draft[keys[-1]], str):  # the open one is a prefix
+            assert str(ARGUMENTS[keys[-1]]).startswith(str(draft[keys[-1]])), text[:cut]

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import msgpack
 
-from orchestrator.core._json import JsonObject, JsonValue
+from orchestrator.core._json import JsonObject, JsonValue, json_problem
 from orchestrator.core._pvec import PVec
 from orchestrator.core.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase
 from orchestrator.core.errors import ParseError
@@ -98,7 +98,9 @@ def _bool(value: Any, where: str) -> bool:
 
 
 def _json(value: Any, where: str) -> JsonValue:
-    _check_json(value, where, 0)
+    problem = json_problem(value, where)
+    if problem is not None:
+        raise ParseError(f"{where} must be JSON: {problem.message}", problem.path)
     result: JsonValue = value
     return result
 
@@ -143,24 +145,6 @@ def _kind(value: Any) -> str:
         list: "a list",
         dict: "an object",
     }.get(type(value), type(value).__name__)
-
-
-def _check_json(value: Any, where: str, depth: int) -> None:
-    if depth > 64:
-        raise ParseError(f"{where} is nested too deeply (over 64 levels)", where)
-    if value is None or isinstance(value, str | bool | int | float):
-        return
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _check_json(item, f"{where}[{i}]", depth + 1)
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ParseError(f"{where} has a non-string key {key!r}", where)
-            _check_json(item, f"{where}.{key}", depth + 1)
-        return
-    raise ParseError(f"{where} must be JSON, got {type(value).__name__}", where)
 
 
 # -- field tables ------------------------------------------------------------------------------

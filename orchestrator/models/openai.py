@@ -4,22 +4,33 @@
 server's ``chat.completion.chunk`` events into stream parts. The ``openai`` package is an optional
 dependency (``pip install 'raytroupe[openai]'``), so it is imported only when a model is built.
 
-The adapter never retries (``max_retries=0`` by default): the loop owns retries, and a
-``ModelError`` code tells it which failures are worth one (``rate_limited``, ``network``).
+Retries: until the first part of a step has been yielded, a rate limit (HTTP 429), a 5xx, or a
+connection error or timeout is tried again after each delay of ``RetrySchedule`` (0.5, 1 and
+2 s, shortened by up to a quarter at random; a ``Retry-After`` is honoured up to 8 s). When the
+schedule is used up the step fails with the last ``ModelError``: ``rate_limited`` or ``network``.
+Once a part has been yielded nothing is retried, whatever fails: the run loop has made that part
+durable in the log, and a second response would repeat or contradict it. Other errors
+(``bad_request``, a malformed stream) are never retried: the same request would fail the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import enum
 import inspect
 import json
+import math
 import os
-from collections.abc import AsyncIterator, Awaitable, Coroutine, Mapping, Sequence
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import structlog
 
 from orchestrator.core._json import JsonObject, JsonValue
 from orchestrator.core.errors import ConfigError, ModelError
@@ -34,7 +45,9 @@ if TYPE_CHECKING:
     from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
     from openai.types.completion_usage import CompletionUsage
 
-__all__ = ["OpenAIChatModel", "to_openai_messages", "to_openai_tools"]
+__all__ = ["DEFAULT_RETRIES", "NO_RETRIES", "OpenAIChatModel", "RetrySchedule", "to_openai_messages", "to_openai_tools"]
+
+log = structlog.get_logger()
 
 _T = TypeVar("_T")
 
@@ -54,6 +67,45 @@ _FINISH_REASONS: Final[Mapping[str, str]] = {
 
 _REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
 """Where servers put reasoning text: vLLM/DeepSeek ``reasoning_content``, Ollama/newer vLLM ``reasoning``."""
+
+
+_RETRIED_CODES: Final = frozenset({"rate_limited", "network"})
+"""The ``ModelError`` codes worth another try: a 429, a 5xx, a connection error or a timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySchedule:
+    """How a step whose response has not started yet is tried again."""
+
+    delays: tuple[float, ...] = (0.5, 1.0, 2.0)
+    """Seconds before each retry; as many retries as delays."""
+    max_retry_after: float = 8.0
+    """The longest server ``Retry-After`` honoured; a longer one waits this long. A step that
+    waits minutes looks hung; failing with ``rate_limited`` lets the caller decide."""
+    jitter: float = 0.25
+    """Each delay is shortened by up to this fraction at random, so that sessions rate-limited
+    together do not all come back together (a server's ``Retry-After`` is kept as given)."""
+
+    def delay(self, retry: int, retry_after: float | None, draw: Callable[[], float] = random.random) -> float | None:
+        """Seconds to wait before retry number ``retry`` (from 0), or ``None`` when none is left.
+
+        Args:
+            retry: How many retries were made already.
+            retry_after: What the server asked for (``Retry-After``), if it did.
+            draw: A number in [0, 1) for the jitter.
+        """
+        if retry >= len(self.delays):
+            return None
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        return self.delays[retry] * (1.0 - self.jitter * draw())
+
+
+DEFAULT_RETRIES: Final = RetrySchedule()
+"""0.5, 1 and 2 s (less jitter), a ``Retry-After`` up to 8 s each: a passing rate limit or
+restart is ridden out in a few seconds, and a lasting one fails the step soon enough to tell."""
+NO_RETRIES: Final = RetrySchedule(())
+"""Fail on the first error."""
 
 
 def _load_openai() -> Any:
@@ -87,6 +139,7 @@ class OpenAIChatModel:
         settings: Mapping[str, JsonValue] | None = None,
         timeout: float = 60.0,
         max_retries: int = 0,
+        retries: RetrySchedule = DEFAULT_RETRIES,
         name: str | None = None,
         client: openai.AsyncOpenAI | None = None,
     ) -> None:
@@ -100,7 +153,9 @@ class OpenAIChatModel:
             settings: Request fields sent with every step (``temperature``, ``max_tokens``,
                 server extensions such as vLLM's ``top_k``); a request's own settings win.
             timeout: Seconds to wait for the connection and for each chunk.
-            max_retries: Retries the openai client makes itself (the loop retries by default).
+            max_retries: Retries the openai client makes itself within each of this adapter's
+                attempts; 0, so that ``retries`` is the one retry policy.
+            retries: When a step is tried again before its response starts (see the module).
             name: The stable name usage calibration is kept under; ``openai:<model>`` by default.
             client: An ``openai.AsyncOpenAI`` to use instead of building one (not closed here).
 
@@ -120,6 +175,7 @@ class OpenAIChatModel:
             )
         self.timeout = timeout
         self.max_retries = max_retries
+        self.retries = retries
         self._owns_client = client is None
         self._client: openai.AsyncOpenAI | None = client
         self._create_params: frozenset[str] | None = None
@@ -173,6 +229,9 @@ class OpenAIChatModel:
 
     def _client_for_use(self) -> openai.AsyncOpenAI:
         if self._client is None:
+            # max_retries defaults to 0: the client's own retries (2 by default, a Retry-After
+            # honoured up to 60 s) would multiply this adapter's (up to 12 requests for one step)
+            # and be a second, hidden schedule beside the one `retries` names and tests inject.
             self._client = self._openai.AsyncOpenAI(
                 api_key=self._api_key,
                 base_url=self.base_url,
@@ -223,6 +282,9 @@ class OpenAIChatModel:
     async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
         """Run one model step; see the class docstring for the parts it yields.
 
+        A 429, a 5xx or a connection error before the first part is retried on ``retries``;
+        nothing is retried after a part was yielded (see the module docstring).
+
         Raises:
             ModelError: ``rate_limited`` (HTTP 429), ``bad_request`` (another 4xx, or settings
                 that replace a field the adapter owns), ``network`` (unreachable, timed out, a
@@ -232,8 +294,41 @@ class OpenAIChatModel:
             return
         client = self._client_for_use()
         params = self._request_params(client, request)
-        assembler = _StepAssembler(request)
         cancelled = asyncio.ensure_future(signal.wait())
+        try:
+            for retry in range(len(self.retries.delays) + 1):
+                yielded = False
+                try:
+                    async with contextlib.aclosing(self._attempt(client, params, request, signal, cancelled)) as parts:
+                        async for part in parts:
+                            yielded = True
+                            yield part
+                    return
+                except ModelError as error:
+                    delay = None if yielded or error.code not in _RETRIED_CODES else self._delay(retry, error)
+                    if delay is None:
+                        raise
+                    log.warning("model_retry", model=self.name, code=error.code, retry=retry + 1, delay=round(delay, 3))
+                if await _unless_cancelled(asyncio.sleep(delay), cancelled) is _CANCELLED:
+                    return
+        finally:
+            cancelled.cancel()
+
+    def _delay(self, retry: int, error: ModelError) -> float | None:
+        """Seconds before retrying after ``error`` (its cause may carry a ``Retry-After``)."""
+        response = getattr(error.__cause__, "response", None)
+        return self.retries.delay(retry, _retry_after(getattr(response, "headers", None)))
+
+    async def _attempt(
+        self,
+        client: openai.AsyncOpenAI,
+        params: Mapping[str, Any],
+        request: ModelRequest,
+        signal: CancelSignal,
+        cancelled: asyncio.Future[None],
+    ) -> AsyncGenerator[AgentStreamPart, None]:
+        """One request of the step and the parts of its response."""
+        assembler = _StepAssembler(request)
         chunks: AsyncStream[ChatCompletionChunk] | None = None
         try:
             created = await _unless_cancelled(
@@ -263,7 +358,6 @@ class OpenAIChatModel:
                     return
                 yield part
         finally:
-            cancelled.cancel()
             if chunks is not None:
                 # Closing a stream that already failed can fail too; the first error is the story.
                 with contextlib.suppress(Exception):
@@ -322,6 +416,27 @@ async def _unless_cancelled(step: Coroutine[Any, Any, _T], cancelled: asyncio.Fu
     if task.cancelled():
         return _CANCELLED
     return task.result()
+
+
+def _retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """The wait a response asks for, in seconds; ``None`` when it asks for none readable.
+
+    ``retry-after-ms`` (OpenAI's) first, then ``retry-after`` in seconds or as an HTTP date.
+    """
+    if headers is None:
+        return None
+    for header, unit in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(header)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * unit
+        except ValueError:
+            continue
+        return seconds if math.isfinite(seconds) else None
+    date = headers.get("retry-after")
+    when = email.utils.parsedate_tz(date) if date else None
+    return None if when is None else email.utils.mktime_tz(when) - time.time()
 
 
 def _keyword_names(function: Any) -> frozenset[str]:

@@ -26,7 +26,7 @@ from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 from orchestrator.testing import FunctionModel, ScriptedModel
-from tools import Recovery, Tool, ToolContext, tool
+from tools import Recovery, StaticTools, Tool, ToolContext, tool
 
 TIMEOUT = 10
 
@@ -244,13 +244,17 @@ async def test_a_late_first_snapshot_never_replaces_a_newer_one(store: EventStor
 # -- approvals ----------------------------------------------------------------------------------------
 
 
-async def test_an_approved_call_runs_and_a_denied_one_never_does(sessions: LocalSessions) -> None:
+@pytest.mark.parametrize("source", ["static", "dynamic"])
+async def test_an_approved_call_runs_and_a_denied_one_never_does(sessions: LocalSessions, source: str) -> None:
+    """The same gate whether the tool is in a fixed list (checked while the call's start is
+    assembled) or comes from a source (listed and checked in the call's task)."""
     counter = Counter()
+    cart = cart_tool(counter, approval=True)
     agent = Agent(
         "shopper",
         "Shop.",
         ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "ok"}]], per_turn=True),
-        tools=[cart_tool(counter, approval=True)],
+        tools=[cart] if source == "static" else [StaticTools((cart,))],
     )
     runner = await sessions.open("s-1", agent)
     await runner.submit(SendInput("u-1", "one mug"))
@@ -328,8 +332,10 @@ async def test_an_approval_two_sub_agents_down_is_answered_through_the_top_sessi
 # -- invalid arguments ----------------------------------------------------------------------------------
 
 
-async def test_invalid_arguments_go_back_to_the_model_which_corrects_them(sessions: LocalSessions) -> None:
+@pytest.mark.parametrize("source", ["static", "dynamic"])
+async def test_invalid_arguments_go_back_to_the_model_which_corrects_them(sessions: LocalSessions, source: str) -> None:
     counter = Counter()
+    cart = cart_tool(counter)
     model = ScriptedModel(
         [
             [{"tool": "add_to_cart", "input": {"slug": "mug", "qty": "two"}}],
@@ -337,7 +343,8 @@ async def test_invalid_arguments_go_back_to_the_model_which_corrects_them(sessio
             [{"text": "Added two."}],
         ]
     )
-    runner = await sessions.open("s-1", Agent("shopper", "Shop.", model, tools=[cart_tool(counter)]))
+    tools = [cart] if source == "static" else [StaticTools((cart,))]
+    runner = await sessions.open("s-1", Agent("shopper", "Shop.", model, tools=tools))
     assert await turn(runner, "u-1", "two mugs") == "completed"
     first, second = list(tool_parts(runner.state.messages))
     assert first.state == "error" and "qty" in (first.error or "") and "integer" in (first.error or "")

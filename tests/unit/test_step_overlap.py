@@ -102,6 +102,6 @@ async def test_a_step_whose_start_could_not_be_written_is_cancelled_and_leaves_n
     else:
         raise AssertionError("the failed write was acknowledged")
     await asyncio.sleep(0.05)
-    assert runner._step is None
+    assert runner._steps.current is None
     assert await store.inner.read("s") == []  # neither the input nor any part of the step
     await runner.close()

@@ -143,7 +143,7 @@ class ToolCalls:
                 return [_failed(record.id, f"{record.name} cannot run: this session has no sub-agent runtime")], None
             if not isinstance(task, str) or not task.strip():
                 message = f"Invalid arguments for {record.name}: 'task' must be a non-empty string."
-                return [_failed(record.id, message)], None
+                return [_failed(record.id, message, "invalid_arguments")], None
             child_id = child_session_id(host.session_id, record.id)
             events = [started]
             if record.child is None:
@@ -180,8 +180,7 @@ class ToolCalls:
         try:
             await work
         except ToolError as error:
-            code = "timeout" if "timed out" in error.message else None
-            await self._fail_tool(record.id, error.message, code)
+            await self._fail_tool(record.id, error.message, error.code)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a bug in the runtime must not leave the call pending forever
@@ -228,10 +227,7 @@ class ToolCalls:
                 await host.agent.list_tools(host.log.state.app)
 
     async def _fail_tool(self, call_id: str, message: str, code: str | None = None) -> None:
-        payload: JsonObject = {"callId": call_id, "error": message}
-        if code is not None:
-            payload["code"] = code
-        await self.host._append([Event("", ai.TOOL_FAILED, payload)])
+        await self.host._append([_failed(call_id, message, code)])
 
     async def _emit(self, call_id: str, output: JsonValue) -> None:
         part = part_to_wire(ToolResult(call_id, output, preliminary=True))
@@ -277,7 +273,7 @@ def _gate(record: ToolRecord, tool: ToolLike, arguments: JsonValue) -> Event | N
     try:
         tool.validate(arguments)
     except ToolError as error:
-        return _failed(record.id, error.message)
+        return _failed(record.id, error.message, error.code)
     if record.status == "pending":
         prompt = tool.approval_prompt(arguments)
         if prompt is not None:
@@ -295,5 +291,8 @@ def _arguments(state: AIState, call_id: str) -> JsonValue:
     return None
 
 
-def _failed(call_id: str, message: str) -> Event:
-    return Event("", ai.TOOL_FAILED, {"callId": call_id, "error": message})
+def _failed(call_id: str, message: str, code: str | None = None) -> Event:
+    payload: JsonObject = {"callId": call_id, "error": message}
+    if code is not None:
+        payload["code"] = code
+    return Event("", ai.TOOL_FAILED, payload)

@@ -13,7 +13,7 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.approvals import pending_approvals
 from orchestrator.core.commands import PauseSession, Respond, ResumeSession, RetryTurn, SendInput, StopTurn
-from orchestrator.core.errors import ModelError
+from orchestrator.core.errors import ModelError, ToolError
 from orchestrator.core.events import Event
 from orchestrator.core.fold import DENIED, INTERRUPTED, fold_events
 from orchestrator.core.parts import AgentMessage, CompactionPart, NestedRun, ToolPart
@@ -381,6 +381,33 @@ async def test_a_tool_that_raises_or_times_out_ends_as_a_tool_error(sessions: Lo
     assert await turn(runner, "u-1", "go") == "completed"
     assert call(runner.state, "explode").error == "explode failed: the oven blew up"
     assert call(runner.state, "slow").error == "slow timed out after 0.05 s"
+
+
+async def test_a_tool_failure_carries_the_code_of_its_error_never_one_read_from_its_words(
+    sessions: LocalSessions, store: EventStore
+) -> None:
+    @tool
+    def upstream() -> str:
+        """Call a service that gives up (the tool's own error, whatever its words)."""
+        raise ToolError("the upstream timed out")
+
+    @tool(timeout=0.05)
+    async def slow() -> str:
+        """Take forever."""
+        await asyncio.sleep(60)
+        return "never"
+
+    calls = [
+        {"tool": "upstream", "input": {}},
+        {"tool": "slow", "input": {}},
+        {"tool": "add_to_cart", "input": {"slug": "mug", "qty": "two"}},
+    ]
+    model = ScriptedModel([calls, [{"text": "hm"}]])
+    runner = await sessions.open("s-1", Agent("a", "x", model, tools=[upstream, slow, cart_tool(Counter())]))
+    assert await turn(runner, "u-1", "go") == "completed"
+    failed = {e.payload["callId"]: e.payload.get("code") for e in await store.read("s-1") if e.type == ai.TOOL_FAILED}
+    codes = {p.name: failed[p.id] for p in tool_parts(runner.state.messages)}
+    assert codes == {"upstream": None, "slow": "timeout", "add_to_cart": "invalid_arguments"}
 
 
 # -- retry and failure ---------------------------------------------------------------------------------

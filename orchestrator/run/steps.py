@@ -37,7 +37,7 @@ from orchestrator.run.compaction import (
     prompt_messages,
 )
 from orchestrator.run.log import Applied, SessionLog
-from orchestrator.run.pacing import StreamPacer
+from orchestrator.run.pacing import Clock, StreamPacer, Timer
 
 _log = structlog.get_logger("troupe.runner")
 
@@ -210,7 +210,7 @@ class Steps:
             step_index=effect.turn_step,
             session_step_index=effect.session_step,
         )
-        stream = _StepStream(host, effect.step_id)
+        stream = _StepStream(host, effect.step_id, host.pacer.clock)
         if agent.message_metadata is not None:
             meta = agent.message_metadata(MetadataContext("start", state))
             if meta:
@@ -306,11 +306,13 @@ class Steps:
 class _StepStream:
     """The running step's buffer: flushed on size, on a timer, and at the end of the step."""
 
-    def __init__(self, runner: StepHost, step_id: str) -> None:
+    def __init__(self, runner: StepHost, step_id: str, clock: Clock) -> None:
         self.runner = runner
         self.step_id = step_id
+        self.clock = clock
+        """Where the flush timer runs (the pacer's: the loop's, or a test's fake)."""
         self.parts: list[AgentStreamPart] = []
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Timer | None = None
         self.flushing: asyncio.Task[None] | None = None
         self.interval = runner.flush_interval  # the first text goes out fast; later batches grow
         self.pacer: StreamPacer | None = runner.pacer
@@ -325,7 +327,7 @@ class _StepStream:
         if len(parts) >= self.runner.flush_parts:
             await self._flush()
         elif self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(self.interval, self._on_timer)
+            self.timer = self.clock.call_later(self.interval, self._on_timer)
             if self.pacer is not None:
                 self.interval = self.pacer.interval(self.runner.flush_every)
 

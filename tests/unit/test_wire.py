@@ -272,6 +272,7 @@ def test_values_are_immutable() -> None:
         errors.RunError("run"),
         errors.ModelError("model", "network"),
         errors.ToolError("tool"),
+        errors.ToolError("slow timed out after 1 s", "timeout"),
         errors.StoreError("store"),
         errors.ConcurrencyConflict("moved", "s-1", 3, 4),
         errors.PartialDuplicateBatch("dup", "e-1"),
@@ -283,6 +284,12 @@ def test_every_error_pickles_with_its_fields(error: errors.TroupeError) -> None:
     assert copy.message == error.message
     assert copy.__dict__ == error.__dict__
     assert str(copy) == str(error)
+
+
+def test_a_tool_error_keeps_its_code_across_a_pickle() -> None:
+    copy = pickle.loads(pickle.dumps(errors.ToolError("slow timed out after 1 s", "timeout")))
+    assert (copy.message, copy.code) == ("slow timed out after 1 s", "timeout")
+    assert errors.ToolError("failed").code is None
 
 
 def test_every_exported_name_imports() -> None:

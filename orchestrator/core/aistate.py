@@ -25,6 +25,7 @@ __all__ = [
     "Inbox",
     "InboxItem",
     "Interaction",
+    "ModelMetadata",
     "Receipt",
     "StepState",
     "ToolRecord",
@@ -187,6 +188,20 @@ class CompactionState:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """What the session knows of a model's limits (for the default compaction threshold)."""
+
+    status: Literal["pending", "resolved", "unavailable"]
+    """``pending`` from the first generation with the model until its lookup lands; then
+    ``resolved`` (limits known) or ``unavailable`` (absent from the catalog). A lookup that never
+    lands stays ``pending``: the session does not compact by default until it does."""
+    context_window: int | None = None
+    """The model's context window in tokens, once resolved."""
+    max_output_tokens: int | None = None
+    """The most tokens it writes in one response, when the catalog knows it."""
+
+
+@dataclass(frozen=True, slots=True)
 class Receipt:
     """The most recent command's application."""
 
@@ -226,6 +241,8 @@ class AIState:
     """Approvals, by interaction id."""
     compaction: CompactionState | None = None
     """The current or latest compaction."""
+    model_metadata: Mapping[str, ModelMetadata] = field(default_factory=dict)
+    """Per model name (the step's ``model``): its limits and the lookup's status."""
     receipt: Receipt | None = None
     """The most recent command receipt."""
     usage: Usage = field(default_factory=Usage)
@@ -260,6 +277,12 @@ class AIState:
         """The last run's failure."""
         return self.session.error
 
+    @property
+    def indicator(self) -> Literal["compacting"] | None:
+        """``"compacting"`` while a compaction runs, else ``None`` (what a UI shows beside the status)."""
+        compaction = self.compaction
+        return "compacting" if compaction is not None and compaction.status == "running" else None
+
     def __getitem__(self, key: str) -> Any:
         return self.app[key]
 
@@ -280,5 +303,7 @@ class AIState:
 
 _AI_SETTERS = tuple((f, slot_setter(AIState, f)) for f in AIState.__dataclass_fields__)
 
-AI_STATE_KEYS: frozenset[str] = frozenset({f for f in AIState.__dataclass_fields__} | {"messages", "status", "error"})
+AI_STATE_KEYS: frozenset[str] = frozenset(
+    {f for f in AIState.__dataclass_fields__} | {"messages", "status", "error", "indicator"}
+)
 """Names an app state may not use (they would shadow AIState's)."""

@@ -21,6 +21,8 @@ __all__ = [
     "INPUT_REMOVE",
     "INPUT_SEND_NOW",
     "INTERACTION_REQUESTED",
+    "MODEL_METADATA_REQUESTED",
+    "MODEL_METADATA_RESOLVED",
     "NESTED",
     "PAUSE",
     "RESPOND",
@@ -107,3 +109,7 @@ NESTED: Final = "ai.nested"
 """A batch from a sub-agent, applied under its call: ``{callId, seq, actions}``."""
 COMPACTION: Final = "ai.compaction"
 """A compaction changed status: ``{id, status, summary?, through?, inputTokens?, thresholdTokens?, usage?}``."""
+MODEL_METADATA_REQUESTED: Final = "ai.model.metadata.requested"
+"""The first generation with a model in this session asked for its limits: ``{model, catalogName}``."""
+MODEL_METADATA_RESOLVED: Final = "ai.model.metadata.resolved"
+"""A model's limits lookup landed: ``{model, status: resolved|unavailable, contextWindow?, maxOutputTokens?}``."""

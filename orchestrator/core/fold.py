@@ -21,6 +21,7 @@ from orchestrator.core.aistate import (
     CompactionState,
     InboxItem,
     Interaction,
+    ModelMetadata,
     Receipt,
     StepState,
     ToolRecord,
@@ -164,10 +165,16 @@ def _end_turn(
     steps = state.session_steps
     if active is not None and active.step is not None and active.step.status == "running":
         steps += 1  # a step cut off by the end of its turn still counts as a position
+    compaction = state.compaction
+    if compaction is not None and compaction.status == "running":
+        # The turn ended under a running summary (a stop): the compaction is interrupted there.
+        compaction = replace(compaction, status="interrupted")
+        closed.append(ApplyPart(_interrupted(compaction, active)))
     return _run(
         state,
         closed,
         active=None,
+        compaction=compaction,
         last_turn=(turn_id, outcome),
         interactions=interactions,
         tools=tools,
@@ -479,12 +486,18 @@ def _on_step_superseded(state: AIState, event: Event) -> tuple[AIState, list[Ses
     active = state.active
     if step is None or active is None:
         return state, []
+    compaction = state.compaction
+    actions: list[SessionAction] = []
+    if compaction is not None and compaction.status == "running":
+        # A pause now or a retry cut the step while it summarized: that compaction is interrupted.
+        interrupted = replace(compaction, status="interrupted")
+        state, actions = _run(state, [ApplyPart(_interrupted(interrupted, active))], compaction=interrupted)
     if p.get("restart"):
         # The same position runs again: roll its partial output back (the new attempt rewrites it).
         session = state.session
         rewound = make_state(resumable(session.messages), session.status, session.error)
-        return state.with_(session=rewound, active=replace(active, step=replace(step, status="superseded"))), []
-    return _end_step(state, active, step, "superseded"), []
+        return state.with_(session=rewound, active=replace(active, step=replace(step, status="superseded"))), actions
+    return _end_step(state, active, step, "superseded"), actions
 
 
 def _on_tool_started(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
@@ -605,6 +618,43 @@ def _on_compaction(state: AIState, event: Event) -> tuple[AIState, list[SessionA
     return _run(state, [ApplyPart(part)], compaction=keep)
 
 
+def _interrupted(compaction: CompactionState, active: ActiveTurn | None) -> CompactionUpdate:
+    """The part update that marks ``compaction`` interrupted in the turn's message."""
+    return CompactionUpdate(
+        compaction.id,
+        "interrupted",
+        None,
+        compaction.input_tokens,
+        compaction.threshold_tokens,
+        None,
+        active.message_id if active is not None else None,
+    )
+
+
+# -- model metadata (the default compaction threshold's inputs) ----------------------------------
+
+
+def _on_metadata_requested(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
+    model = str(event.payload.get("model", ""))
+    if not model or model in state.model_metadata:
+        return state, []  # recorded once per model and session
+    return state.with_(model_metadata={**state.model_metadata, model: ModelMetadata("pending")}), []
+
+
+def _on_metadata_resolved(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
+    p = event.payload
+    model = str(p.get("model", ""))
+    window = p.get("contextWindow")
+    output = p.get("maxOutputTokens")
+    if not model:
+        return state, []
+    if p.get("status") == "resolved" and isinstance(window, int) and window > 0:
+        metadata = ModelMetadata("resolved", window, output if isinstance(output, int) and output > 0 else None)
+    else:
+        metadata = ModelMetadata("unavailable")
+    return state.with_(model_metadata={**state.model_metadata, model: metadata}), []
+
+
 _HANDLERS = {
     ai.DECIDED: _on_decided,
     ai.INPUT_ADMITTED: _on_admitted,
@@ -623,4 +673,6 @@ _HANDLERS = {
     ai.CHILD_STARTED: _on_child_started,
     ai.NESTED: _on_nested,
     ai.COMPACTION: _on_compaction,
+    ai.MODEL_METADATA_REQUESTED: _on_metadata_requested,
+    ai.MODEL_METADATA_RESOLVED: _on_metadata_resolved,
 }

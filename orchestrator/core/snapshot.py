@@ -18,6 +18,7 @@ from orchestrator.core.aistate import (
     Inbox,
     InboxItem,
     Interaction,
+    ModelMetadata,
     Receipt,
     StepState,
     ToolRecord,
@@ -33,7 +34,18 @@ FOLD_VERSION = "ai.v1"
 
 _TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (ActiveTurn, CompactionState, Inbox, InboxItem, Interaction, Receipt, StepState, ToolRecord, Usage)
+    for cls in (
+        ActiveTurn,
+        CompactionState,
+        Inbox,
+        InboxItem,
+        Interaction,
+        ModelMetadata,
+        Receipt,
+        StepState,
+        ToolRecord,
+        Usage,
+    )
 }
 
 

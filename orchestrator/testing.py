@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from orchestrator.core.stream import AgentStreamPart, StepFinish
 from orchestrator.models.base import CancelSignal, ModelRequest
+from orchestrator.models.catalog import ModelLimits
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.store.memory import MemoryStore
 
@@ -31,18 +32,37 @@ class FunctionModel:
     """A model that answers each request with ``fn(request)``.
 
     ``fn`` returns one step: scripted items (``{"text": ...}``, ``{"tool": ...}``, ...) or stream
-    parts. Every request is recorded in ``requests``.
+    parts. Every request is recorded in ``requests`` (summary requests too: ``purpose="compact"``).
+    Like the scripted model it has no context window unless given one (``context_window=``).
     """
 
-    def __init__(self, fn: StepFunction, *, name: str = "function") -> None:
+    def __init__(
+        self,
+        fn: StepFunction,
+        *,
+        name: str = "function",
+        context_window: int | None = None,
+        max_output_tokens: int | None = None,
+    ) -> None:
         self.fn = fn
         self._name = name
+        self._limits = None if context_window is None else ModelLimits(context_window, max_output_tokens)
         self.requests: list[ModelRequest] = []
 
     @property
     def name(self) -> str:
         """The model's name."""
         return self._name
+
+    @property
+    def catalog_name(self) -> str | None:
+        """Never looked up in the catalog."""
+        return None
+
+    @property
+    def limits(self) -> ModelLimits | None:
+        """The window it was given (``None``: no automatic compaction)."""
+        return self._limits
 
     async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
         """The step ``fn`` computes for ``request``."""
@@ -60,7 +80,7 @@ class FunctionModel:
                 request.turn_index,
                 0,
                 0,
-                request.purpose,
+                "generate",  # fn answers a summary request too: play its items, not the scripted summary
             )
             async for part in scripted.stream(single, signal):
                 yield part

@@ -18,7 +18,10 @@ from orchestrator.core._json import JsonObject, JsonValue
 from orchestrator.core.parts import AgentMessage
 from orchestrator.core.stream import AgentStreamPart
 
-__all__ = ["CancelSignal", "ModelAdapter", "ModelRequest", "ToolSpec"]
+__all__ = ["GUIDANCE_ID", "CancelSignal", "ModelAdapter", "ModelRequest", "ToolSpec"]
+
+GUIDANCE_ID = "troupe:compact"
+"""The id of a summary request's last message: the guidance (what to summarize, how)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,9 @@ class ModelRequest:
     session_step_index: int = 0
     """How many model steps the whole session has completed."""
     purpose: str = "generate"
-    """``generate`` for a turn's step, ``compact`` for a summary request."""
+    """``generate`` for a turn's step, ``compact`` for a summary request: the step's own
+    instructions, tools and settings over the messages to summarize, then one user message
+    (id ``GUIDANCE_ID``) asking for the summary. Answer it with text; never call a tool."""
 
 
 class CancelSignal:

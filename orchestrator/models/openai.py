@@ -37,6 +37,7 @@ from orchestrator.core.errors import ConfigError, ModelError
 from orchestrator.core.parts import AgentMessage, TextPart, ToolPart
 from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
 from orchestrator.models.base import CancelSignal, ModelRequest, ToolSpec
+from orchestrator.models.catalog import ModelLimits
 
 if TYPE_CHECKING:
     import openai
@@ -194,6 +195,16 @@ class OpenAIChatModel:
             key = _PLACEHOLDER_KEY
         self._api_key = key
         self.base_url = resolved_url or "https://api.openai.com/v1"
+
+    @property
+    def catalog_name(self) -> str | None:
+        """The model id, looked up in the model catalog for the default compaction threshold."""
+        return self.model
+
+    @property
+    def limits(self) -> ModelLimits | None:
+        """Own limits: none; the catalog's (``register_model`` adds an id it does not know)."""
+        return None
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r}, name={self.name!r})"

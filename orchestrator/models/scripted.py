@@ -28,7 +28,8 @@ from orchestrator.core._json import JsonValue
 from orchestrator.core.errors import ConfigError, ModelError
 from orchestrator.core.state import ERROR_CODES
 from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall
-from orchestrator.models.base import CancelSignal, ModelRequest
+from orchestrator.models.base import GUIDANCE_ID, CancelSignal, ModelRequest
+from orchestrator.models.catalog import ModelLimits
 
 __all__ = ["ScriptedModel", "check_script"]
 
@@ -86,11 +87,28 @@ class ScriptedModel:
     """A model that plays ``steps`` (see the module docstring)."""
 
     def __init__(
-        self, steps: Sequence[Sequence[Mapping[str, Any]]], *, per_turn: bool = False, name: str = "scripted"
+        self,
+        steps: Sequence[Sequence[Mapping[str, Any]]],
+        *,
+        per_turn: bool = False,
+        name: str = "scripted",
+        context_window: int | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
+        """Play ``steps``.
+
+        Args:
+            steps: The script (see the module docstring).
+            per_turn: Pick steps by the position in the turn rather than in the session.
+            name: The model's name (usage calibration and model metadata are kept per name).
+            context_window: The window automatic compaction uses (it has none unless given one,
+                so by default a scripted agent never compacts without ``threshold_tokens``).
+            max_output_tokens: The answer limit reported with the window.
+        """
         self.steps = check_script(steps)
         self.per_turn = per_turn
         self._name = name
+        self._limits = None if context_window is None else ModelLimits(context_window, max_output_tokens)
         # Recent requests only (a long benchmark must not keep every prompt alive), and every
         # position ever played (for unconsumed()).
         self.requests: deque[ModelRequest] = deque(maxlen=256)
@@ -100,6 +118,16 @@ class ScriptedModel:
     def name(self) -> str:
         """The model's name."""
         return self._name
+
+    @property
+    def catalog_name(self) -> str | None:
+        """Never looked up in the catalog (its window is the one it was given, if any)."""
+        return None
+
+    @property
+    def limits(self) -> ModelLimits | None:
+        """The window it was given (``None``: no automatic compaction)."""
+        return self._limits
 
     def position(self, request: ModelRequest) -> int:
         """Which step a request plays."""
@@ -163,6 +191,8 @@ def _summary(request: ModelRequest) -> str:
     """A deterministic summary for a compaction request: who said what, in brief."""
     lines = []
     for message in request.messages:
+        if message.id == GUIDANCE_ID:
+            continue  # the request's own question, not part of the conversation
         text = message.text.strip()
         if text:
             lines.append(f"{message.role}: {text[:60]}")

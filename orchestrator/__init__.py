@@ -59,9 +59,10 @@ if TYPE_CHECKING:
     from orchestrator.core.approvals import PendingApproval, pending_approvals
     from orchestrator.core.contract import Contract, Reducer
     from orchestrator.core.turn import TurnOutcome
+    from orchestrator.models.catalog import ModelLimits, register_model, unregister_model
     from orchestrator.models.openai import OpenAIChatModel
     from orchestrator.models.scripted import ScriptedModel
-    from orchestrator.run.agent import Agent
+    from orchestrator.run.agent import Agent, Compaction, CompactionContext, ResolverContext
     from orchestrator.store import open_store
     from tools import ToolContext, tool
 
@@ -70,6 +71,8 @@ __all__ = [
     "AgentMessage",
     "AgentStreamPart",
     "ApplyPart",
+    "Compaction",
+    "CompactionContext",
     "CompactionPart",
     "CompactionUpdate",
     "ConcurrencyConflict",
@@ -84,6 +87,7 @@ __all__ = [
     "MessagePart",
     "MessageStart",
     "ModelError",
+    "ModelLimits",
     "NestedRun",
     "OpenAIChatModel",
     "ParseError",
@@ -93,6 +97,7 @@ __all__ = [
     "ReasoningPart",
     "Reducer",
     "Reset",
+    "ResolverContext",
     "Retry",
     "RunError",
     "Runtime",
@@ -123,15 +128,21 @@ __all__ = [
     "parse_part",
     "parse_state",
     "pending_approvals",
+    "register_model",
     "resumable",
     "session_reducer",
     "tool",
+    "unregister_model",
 ]
 
 # name -> module that defines it, imported on first access so `import orchestrator` stays light
 # and never imports Ray (the dependency direction of DESIGN.md §1).
 _LAZY = {
     "Agent": "orchestrator.run.agent",
+    "Compaction": "orchestrator.run.agent",
+    "CompactionContext": "orchestrator.run.agent",
+    "ModelLimits": "orchestrator.models.catalog",
+    "ResolverContext": "orchestrator.run.agent",
     "Contract": "orchestrator.core.contract",
     "LocalRuntime": "actors.local",
     "OpenAIChatModel": "orchestrator.models.openai",
@@ -143,7 +154,9 @@ _LAZY = {
     "TurnOutcome": "orchestrator.core.turn",
     "open_store": "orchestrator.store",
     "pending_approvals": "orchestrator.core.approvals",
+    "register_model": "orchestrator.models.catalog",
     "tool": "tools",
+    "unregister_model": "orchestrator.models.catalog",
 }
 
 

@@ -1,22 +1,24 @@
 """``Agent``: what a session runs. Instructions, a model, tools, sub-agents and limits.
 
-``model`` and ``instructions`` may be resolvers: functions of a ``ResolverContext`` (the session's
-state, the contract's app state included) called before every model step, so a change during a
-turn applies from the next step. A resolver that raises fails the turn with its message; retry
-runs it again. Each sub-agent appears to the model as a ``delegate_to_<name>`` tool.
+``model``, ``instructions`` and ``compaction`` may be resolvers: functions of a
+``ResolverContext`` (the session's state, the contract's app state included) called before
+every model step, so a change during a turn applies from the next step. A resolver that raises
+fails the turn with its message; retry runs it again. Each sub-agent appears to the model as a
+``delegate_to_<name>`` tool.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from orchestrator.core._json import JsonValue
 from orchestrator.core.aistate import AIState
 from orchestrator.core.contract import Contract
 from orchestrator.core.errors import UsageError
+from orchestrator.core.parts import AgentMessage
 from orchestrator.models.base import ModelAdapter, ToolSpec
 from orchestrator.run.toolport import ToolLike, ToolSourceLike
 
@@ -24,6 +26,7 @@ __all__ = [
     "DELEGATE_PREFIX",
     "Agent",
     "Compaction",
+    "CompactionContext",
     "MetadataContext",
     "ResolverContext",
 ]
@@ -61,22 +64,92 @@ class MetadataContext:
 
 
 @dataclass(frozen=True, slots=True)
-class Compaction:
-    """When to compact the context, and how to summarize it."""
+class CompactionContext:
+    """What custom ``should_compact`` and ``compact`` callbacks see before a model step."""
 
-    threshold_tokens: int
-    """Compact when the estimated prompt exceeds this (estimate: UTF-8 bytes / 4, calibrated)."""
+    state: AIState
+    """The session's state (``state.app``: the contract's app state)."""
+    session_id: str
+    """The session."""
+    turn_id: str
+    """The turn the step belongs to."""
+    model: str
+    """The step's model (its name)."""
+    messages: Sequence[AgentMessage]
+    """The typed conversation, complete (``state.messages``: compaction never shortens it)."""
+    model_messages: Sequence[AgentMessage]
+    """What the step would send the model now: the latest summary (if any) and what follows it."""
+    to_cover: Sequence[AgentMessage]
+    """The leading part of ``model_messages`` a compaction now would replace (all but the active
+    turn's input and work, which always go to the model as they are)."""
+    instructions: str | None
+    """The step's instructions."""
+    estimate: int
+    """The estimated prompt size in tokens (UTF-8 bytes / 4, calibrated by the last usage)."""
+    threshold_tokens: int | None
+    """The threshold in force: ``threshold_tokens``, else the catalog's default once known."""
+
+
+ShouldCompact: TypeAlias = Callable[[CompactionContext], bool | Awaitable[bool]]
+CompactFn: TypeAlias = Callable[[CompactionContext], str | Awaitable[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """When to compact the context, and how to summarize it.
+
+    Over the threshold, before a model step, Troupe sends one summary request to the step's
+    model with the step's own instructions, tools and settings (so the provider's prompt cache
+    still matches the prefix), followed by one user message holding the summary guidance and
+    ``instructions``. Its tools are offered but never run. Later requests send the summary
+    plus everything after what it covers; the log and ``state.messages`` stay complete.
+
+    By default (``Compaction()``, an agent's default) the threshold is 75% of the model's
+    context window from the model catalog (``orchestrator.models.catalog``), lowered for a
+    larger ``max_output_tokens`` setting. The first generation with each model records
+    ``ai.model.metadata.requested``; the lookup records ``ai.model.metadata.resolved`` without
+    delaying the generation, and the session does not compact before it lands (so an oversized
+    first prompt is sent as it is). A model the catalog does not know never compacts by default:
+    set ``threshold_tokens``. ``Agent(compaction=False)`` turns compaction and the lookup off
+    (recorded summaries are kept).
+    """
+
+    threshold_tokens: int | None = None
+    """Compact when the estimated prompt exceeds this; ``None``: from the model catalog."""
     instructions: str | None = None
     """Extra guidance for the summary (e.g. ``"Preserve exact IDs."``)."""
+    should_compact: ShouldCompact | None = None
+    """Decides instead of the threshold whether to compact before a step (sync or async)."""
+    compact: CompactFn | None = None
+    """Writes the summary instead of the summary request (sync or async; returns its text)."""
+    on_failure: Literal["fail", "continue"] = "fail"
+    """What a failed summary does. ``fail`` (the default): an empty summary, a tool call instead
+    of one, or a model error fails the generation like any failed step (retry runs it again),
+    and the previous context (and summary) stays as it was. ``continue``: the compaction is
+    marked failed and the step goes on with the uncompacted context; choose it when a long
+    answer now is worth more than the risk that the full prompt no longer fits."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.threshold_tokens, int) or self.threshold_tokens < 1:
-            raise UsageError("Compaction(threshold_tokens=...) must be a positive integer")
+        threshold = self.threshold_tokens
+        if threshold is not None and (not isinstance(threshold, int) or isinstance(threshold, bool) or threshold < 1):
+            raise UsageError(
+                f"Compaction(threshold_tokens=...) must be a positive integer (or None: from the model catalog), "
+                f"not {threshold!r}"
+            )
+        if self.instructions is not None and not isinstance(self.instructions, str):
+            raise UsageError("Compaction(instructions=...) must be text")
+        for name in ("should_compact", "compact"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise UsageError(f"Compaction({name}=...) must be a function of a CompactionContext")
+        if self.on_failure not in ("fail", "continue"):
+            raise UsageError(f"Compaction(on_failure=...) must be 'fail' or 'continue', not {self.on_failure!r}")
 
 
 ModelRef: TypeAlias = ModelAdapter | Callable[[ResolverContext], ModelAdapter]
 InstructionsRef: TypeAlias = str | Callable[[ResolverContext], str | None] | None
 ToolRef: TypeAlias = ToolLike | ToolSourceLike
+CompactionRef: TypeAlias = Compaction | bool | Callable[[ResolverContext], "Compaction | bool | None"] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +168,10 @@ class Agent:
     """Sub-agents, each a ``delegate_to_<name>`` tool."""
     max_steps: int = 20
     """Model steps a turn may take."""
-    compaction: Compaction | None = None
-    """When to compact long conversations (``None``: never)."""
+    compaction: CompactionRef = Compaction()
+    """When to compact long conversations: a ``Compaction`` (the default, ``Compaction()``, takes
+    its threshold from the model catalog), ``False`` or ``None`` (never; recorded summaries are
+    kept), or a resolver returning one of those per step."""
     contract: Contract | None = None
     """App events and state."""
     message_metadata: Callable[[MetadataContext], Mapping[str, JsonValue] | None] | None = None
@@ -118,6 +193,16 @@ class Agent:
         if self.model is None:
             raise UsageError(
                 f"agent {self.name!r} needs a model (e.g. ScriptedModel([...]) or OpenAIChatModel('gpt-4o-mini'))"
+            )
+        compaction = self.compaction
+        if compaction is True:
+            object.__setattr__(self, "compaction", Compaction())
+        elif compaction is None:
+            object.__setattr__(self, "compaction", False)
+        elif not isinstance(compaction, Compaction | bool) and not callable(compaction):
+            raise UsageError(
+                f"agent {self.name!r}: compaction must be a Compaction, False, or a resolver returning one, "
+                f"not {type(compaction).__name__}"
             )
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "agents", tuple(self.agents))
@@ -162,6 +247,25 @@ class Agent:
         if instructions is None or isinstance(instructions, str):
             return instructions
         return instructions(context)
+
+    def resolve_compaction(self, context: ResolverContext) -> Compaction | None:
+        """The compaction config for this step (``None``: no compaction; a resolver is called now)."""
+        compaction = self.compaction
+        if isinstance(compaction, Compaction):
+            return compaction
+        if compaction is False or compaction is None or compaction is True:
+            return Compaction() if compaction is True else None
+        resolved = compaction(context)
+        if resolved is True:
+            return Compaction()
+        if resolved is False or resolved is None:
+            return None
+        if not isinstance(resolved, Compaction):
+            raise UsageError(
+                f"agent {self.name!r}: the compaction resolver returned {type(resolved).__name__}, "
+                "not a Compaction, False or None"
+            )
+        return resolved
 
     def static_tools(self) -> tuple[ToolLike, ...] | None:
         """The tools, when they are a fixed list (``None`` when a dynamic source is among them)."""

@@ -10,18 +10,21 @@ complete: compaction only changes what the model is sent.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from orchestrator.core._json import JsonValue
 from orchestrator.core.aistate import AIState
 from orchestrator.core.parts import AgentMessage, TextPart
 from orchestrator.core.wire import message_to_wire
-from orchestrator.models.base import ToolSpec
+from orchestrator.models.base import GUIDANCE_ID, ToolSpec
 
 __all__ = [
     "SUMMARY_INSTRUCTIONS",
     "calibrate",
     "compaction_cut",
     "estimate_tokens",
+    "guidance_message",
+    "output_budget",
     "prompt_messages",
     "summary_message",
 ]
@@ -31,6 +34,28 @@ SUMMARY_INSTRUCTIONS = (
     "the user's goals, decisions made, facts learned (keep names, ids and numbers exact), tool "
     "results that still matter, and what is left to do. Reply with the summary only."
 )
+
+
+_OUTPUT_SETTINGS = ("max_output_tokens", "max_completion_tokens", "max_tokens")
+
+
+def guidance_message(extra: str | None) -> AgentMessage:
+    """The summary request's last message: the built-in guidance, then ``Compaction.instructions``.
+
+    It goes last, as a user message, so everything before it is the prefix the generation sent
+    (the provider's prompt cache still matches) and the model answers it as the next turn.
+    """
+    text = SUMMARY_INSTRUCTIONS + (f"\n{extra}" if extra else "")
+    return AgentMessage(GUIDANCE_ID, "user", (TextPart(f"{GUIDANCE_ID}:0", text),))
+
+
+def output_budget(settings: Mapping[str, JsonValue]) -> int | None:
+    """The answer size the settings ask for (``max_output_tokens`` or a provider's spelling)."""
+    for key in _OUTPUT_SETTINGS:
+        value = settings.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def estimate_tokens(messages: Sequence[AgentMessage], instructions: str | None, tools: Sequence[ToolSpec]) -> int:

@@ -206,10 +206,10 @@ class SessionRunner:
                 current = self._steps.current
                 if current is not None and current.step_id == effect.step_id:
                     break
-                new, step = self._steps.prepare(effect, state)
+                new, step, may_start_early = self._steps.prepare(effect, state)
                 add(new)
                 if step is not None:
-                    if self.agent.compaction is None:
+                    if may_start_early:
                         early.append(step)
                     else:  # compaction reads and appends to the log: start after the write
                         starts.append(partial(self._steps.start_after_write, step))

@@ -12,9 +12,10 @@ assembles a write, and cancels it when the state no longer wants it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import structlog
 
@@ -24,24 +25,28 @@ from orchestrator.core.aistate import AIState
 from orchestrator.core.buffer import coalesce
 from orchestrator.core.errors import ModelError
 from orchestrator.core.events import Event
+from orchestrator.core.parts import AgentMessage
 from orchestrator.core.plan import RunStep
 from orchestrator.core.stream import AgentStreamPart, MessageMetadata, StepFinish, TextDelta, ToolCall
 from orchestrator.core.wire import part_to_wire
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
-from orchestrator.run.agent import Agent, MetadataContext, ResolverContext
+from orchestrator.models.catalog import CatalogModel, default_threshold, lookup_model
+from orchestrator.run.agent import Agent, Compaction, CompactionContext, MetadataContext, ResolverContext
 from orchestrator.run.compaction import (
-    SUMMARY_INSTRUCTIONS,
     calibrate,
     compaction_cut,
     estimate_tokens,
+    guidance_message,
+    output_budget,
     prompt_messages,
 )
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.pacing import Clock, StreamPacer, Timer
 
 _log = structlog.get_logger("troupe.runner")
+T = TypeVar("T")
 
-__all__ = ["StepHost", "StepWork", "Steps", "stale"]
+__all__ = ["CompactionPlan", "StepHost", "StepWork", "Steps", "stale"]
 
 
 class StepHost(Protocol):
@@ -68,6 +73,17 @@ class StepHost(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    """How the step about to start may compact: its config and the threshold in force."""
+
+    config: Compaction
+    """The step's compaction config (the agent's, or its resolver's answer)."""
+    threshold: int | None
+    """``threshold_tokens``, else the catalog's default (``None``: not known, so only a custom
+    ``should_compact`` can compact)."""
+
+
 @dataclass
 class StepWork:
     """A running model step: its id, its task and the signal that stops it."""
@@ -84,6 +100,9 @@ class Steps:
         self.host = host
         self.current: StepWork | None = None
         """The step running now, if any."""
+        self.lookups: dict[str, asyncio.Task[None]] = {}
+        """Model metadata lookups this process started, by model name (one each, ever: a lookup
+        that failed is not retried every turn; the model stays ``pending``)."""
 
     def start_after_write(self, step: Callable[[AIState], StepWork]) -> None:
         """Start a step prepared with a write, over the state that write made."""
@@ -120,8 +139,14 @@ class Steps:
             Event("", ai.STEP_SUPERSEDED, {"stepId": step.step_id, "reason": reason, "restart": reason == "paused"})
         ]
 
-    def prepare(self, effect: RunStep, state: AIState) -> tuple[list[Event], Callable[[AIState], StepWork] | None]:
-        """The events that start a model step, and how to start its task (from the state they make)."""
+    def prepare(
+        self, effect: RunStep, state: AIState
+    ) -> tuple[list[Event], Callable[[AIState], StepWork] | None, bool]:
+        """The events that start a model step, how to start its task, and whether it may start early.
+
+        A step that may compact reads and appends to the log first, so it starts only once its
+        start is written (``early`` is false); any other starts while it is written.
+        """
         host = self.host
         started: JsonObject = {
             "turnId": effect.turn_id,
@@ -134,29 +159,80 @@ class Steps:
         try:
             model = host.agent.resolve_model(context)
             instructions = host.agent.resolve_instructions(context)
+            config = host.agent.resolve_compaction(context)
         except Exception as error:  # a resolver that raises fails the turn with its message
             message = str(error) or type(error).__name__
-            return [
-                Event("", ai.STEP_STARTED, {**started, "model": ""}),
-                Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
-                Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
-            ], None
+            return (
+                [
+                    Event("", ai.STEP_STARTED, {**started, "model": ""}),
+                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
+                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
+                ],
+                None,
+                True,
+            )
+        events = [Event("", ai.STEP_STARTED, {**started, "model": model.name})]
+        plan: CompactionPlan | None = None
+        lookup = False
+        if config is not None:
+            threshold = config.threshold_tokens
+            if threshold is None and isinstance(model, CatalogModel) and _takes_part(model):
+                known = state.model_metadata.get(model.name)
+                if known is None:
+                    events.append(
+                        Event(
+                            "",
+                            ai.MODEL_METADATA_REQUESTED,
+                            {"model": model.name, "catalogName": model.catalog_name},
+                        )
+                    )
+                    lookup = True
+                elif known.status == "pending":
+                    lookup = model.name not in self.lookups  # recorded before this process: look it up once
+                elif known.status == "resolved" and known.context_window is not None:
+                    threshold = default_threshold(known.context_window, output_budget(host.agent.settings))
+            if threshold is not None or config.should_compact is not None:
+                plan = CompactionPlan(config, threshold)
 
         def start(planned: AIState) -> StepWork:
+            if lookup and model.name not in self.lookups:
+                assert isinstance(model, CatalogModel)
+                self.lookups[model.name] = asyncio.ensure_future(self._look_up(model.name, model))
             signal = CancelSignal()
-            task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, signal, planned))
+            task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, plan, signal, planned))
             self.current = work = StepWork(effect.step_id, task, signal)
             task.add_done_callback(lambda _: host._kick())
             return work
 
-        return [Event("", ai.STEP_STARTED, {**started, "model": model.name})], start
+        return events, start, plan is None
+
+    async def _look_up(self, name: str, model: CatalogModel) -> None:
+        """Record a model's limits; never fails or delays a generation (a failure leaves it pending)."""
+        try:
+            limits = lookup_model(model)
+            resolved: JsonObject = {"model": name, "status": "unavailable"}
+            if limits is not None:
+                resolved = {"model": name, "status": "resolved", "contextWindow": limits.context_window}
+                if limits.max_output_tokens is not None:
+                    resolved["maxOutputTokens"] = limits.max_output_tokens
+            await self.host._append([Event("", ai.MODEL_METADATA_RESOLVED, resolved)])
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _log.exception("model_metadata_lookup_failed", session_id=self.host.session_id, model=name)
 
     async def _guarded_step(
-        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal, planned: AIState
+        self,
+        effect: RunStep,
+        model: ModelAdapter,
+        instructions: str | None,
+        plan: CompactionPlan | None,
+        signal: CancelSignal,
+        planned: AIState,
     ) -> None:
         host = self.host
         try:
-            await self._run_step(effect, model, instructions, signal, planned)
+            await self._run_step(effect, model, instructions, plan, signal, planned)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a bug outside the model's stream must not leave the turn running forever
@@ -173,7 +249,13 @@ class Steps:
             )
 
     async def _run_step(
-        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal, planned: AIState
+        self,
+        effect: RunStep,
+        model: ModelAdapter,
+        instructions: str | None,
+        plan: CompactionPlan | None,
+        signal: CancelSignal,
+        planned: AIState,
     ) -> None:
         """Stream one model step over ``planned`` (the state its start makes; it may not be written yet)."""
         host = self.host
@@ -194,12 +276,13 @@ class Steps:
             )
             return
         specs = [t.spec for t in tools] + agent.delegate_specs()
-        if agent.compaction is not None:
-            await self._maybe_compact(model, instructions, specs, signal)
+        if plan is not None:
+            if not await self._maybe_compact(effect, plan, model, instructions, specs, signal):
+                return  # the summary failed the step, or the step was cut off meanwhile
             state = host.log.state
         messages = prompt_messages(state)
         # The estimate calibrates compaction; without compaction it is not worth serializing the prompt.
-        estimate = estimate_tokens(messages, instructions, specs) if agent.compaction is not None else 0
+        estimate = estimate_tokens(messages, instructions, specs) if plan is not None else 0
         request = ModelRequest(
             messages=messages,
             tools=specs,
@@ -255,52 +338,136 @@ class Steps:
             stream.leave()  # however the step ended, it no longer streams
 
     async def _maybe_compact(
-        self, model: ModelAdapter, instructions: str | None, specs: list[ToolSpec], signal: CancelSignal
-    ) -> None:
+        self,
+        effect: RunStep,
+        plan: CompactionPlan,
+        model: ModelAdapter,
+        instructions: str | None,
+        specs: list[ToolSpec],
+        signal: CancelSignal,
+    ) -> bool:
+        """Compact before the step when its plan says so; whether the step goes on."""
         host = self.host
-        config = host.agent.compaction
-        assert config is not None
+        config = plan.config
         state = host.log.state
+        active = state.active
+        if active is None or active.id != effect.turn_id:
+            return False
         messages = prompt_messages(state)
         estimate = calibrate(estimate_tokens(messages, instructions, specs), state, model.name)
         cut = compaction_cut(state)
         covered = (
             state.compaction.through if state.compaction is not None and state.compaction.status == "completed" else 0
         )
-        if estimate <= config.threshold_tokens or cut <= covered:
-            return
-        compaction_id = f"{state.active.id if state.active else 'c'}.compaction.{state.session_steps}"
-        base: JsonObject = {"id": compaction_id, "inputTokens": estimate, "thresholdTokens": config.threshold_tokens}
-        await host._append([Event("", ai.COMPACTION, {**base, "status": "running"})])
-        summary_instructions = SUMMARY_INSTRUCTIONS + (f"\n{config.instructions}" if config.instructions else "")
-        previous = prompt_messages(state)
-        to_cover = previous[: len(previous) - (len(state.messages) - cut)]
-        request = ModelRequest(
-            to_cover, specs, summary_instructions, dict(host.agent.settings), host.session_id, purpose="compact"
+        if cut <= covered:
+            return True  # nothing new to cover: the active turn's own work is never summarized
+        to_cover = messages[: len(messages) - (len(state.messages) - cut)]
+        context = CompactionContext(
+            state,
+            host.session_id,
+            effect.turn_id,
+            model.name,
+            state.messages,
+            messages,
+            to_cover,
+            instructions,
+            estimate,
+            plan.threshold,
         )
-        text: list[str] = []
+        if config.should_compact is not None:
+            if not await _maybe_await(config.should_compact(context)):
+                return True
+        elif plan.threshold is None or estimate <= plan.threshold:
+            return True
+        compaction_id = f"{active.id}.compaction.{state.session_steps}"
+        base: JsonObject = {"id": compaction_id, "inputTokens": estimate}
+        if plan.threshold is not None:
+            base["thresholdTokens"] = plan.threshold
+        await host._append([Event("", ai.COMPACTION, {**base, "status": "running"})])
         usage: JsonValue = None
         try:
-            async for part in model.stream(request, signal):
-                if type(part) is TextDelta:
-                    text.append(part.delta)
-                elif type(part) is StepFinish:
-                    usage = dict(part.usage) if part.usage else None
-                elif type(part) is ToolCall:
-                    raise ModelError("the summary request answered with a tool call instead of a summary")
-            summary = "".join(text).strip()
+            if config.compact is not None:
+                summary = await _maybe_await(config.compact(context))
+                if not isinstance(summary, str):
+                    raise ModelError(f"compact() returned {type(summary).__name__}, not the summary text")
+                summary = summary.strip()
+            else:
+                summary, usage = await self._summarize(
+                    effect, active.index, model, instructions, specs, to_cover, config.instructions, signal
+                )
+            if signal.cancelled:
+                return False  # stopped or superseded: the fold marks the compaction interrupted
             if not summary:
                 raise ModelError("the summary request returned an empty summary")
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            # A failed summary leaves the context as it was.
-            await host._append([Event("", ai.COMPACTION, {**base, "status": "failed", "error": str(error)})])
-            return
+            message = error.message if isinstance(error, ModelError) else (str(error) or type(error).__name__)
+            failed: JsonObject = {**base, "status": "failed", "error": message}
+            if config.on_failure == "continue":
+                # The explicit option: the context stays as it was and the step goes on with it.
+                await host._append([Event("", ai.COMPACTION, failed)])
+                return True
+            # The default: the generation fails; the previous context (and summary) stays intact.
+            text = f"compaction failed: {message}"
+            step_failed: JsonObject = {"stepId": effect.step_id, "error": text}
+            ended: JsonObject = {"turnId": effect.turn_id, "outcome": "failed", "error": text}
+            code = error.code if isinstance(error, ModelError) else None
+            if code is not None:
+                step_failed["code"] = ended["code"] = code
+            await host._append(
+                [
+                    Event("", ai.COMPACTION, failed),
+                    Event("", ai.STEP_FAILED, step_failed),
+                    Event("", ai.TURN_FINISHED, ended),
+                ]
+            )
+            return False
         done: JsonObject = {**base, "status": "completed", "summary": summary, "through": cut}
         if usage is not None:
             done["usage"] = usage
         await host._append([Event("", ai.COMPACTION, done)])
+        return True
+
+    async def _summarize(
+        self,
+        effect: RunStep,
+        turn_index: int,
+        model: ModelAdapter,
+        instructions: str | None,
+        specs: list[ToolSpec],
+        to_cover: Sequence[AgentMessage],
+        extra: str | None,
+        signal: CancelSignal,
+    ) -> tuple[str, JsonValue]:
+        """The summary request: the step's instructions, tools and settings, then the guidance.
+
+        Sending the same instructions, tools and settings as the generation keeps the provider's
+        cached prefix valid; the guidance goes last, as a user message. Tools are offered, never
+        run: a tool call instead of a summary is a failure.
+        """
+        host = self.host
+        request = ModelRequest(
+            [*to_cover, guidance_message(extra)],
+            specs,
+            instructions,
+            dict(host.agent.settings),
+            host.session_id,
+            turn_index,
+            effect.turn_step,
+            effect.session_step,
+            purpose="compact",
+        )
+        text: list[str] = []
+        usage: JsonValue = None
+        async for part in model.stream(request, signal):
+            if type(part) is TextDelta:
+                text.append(part.delta)
+            elif type(part) is StepFinish:
+                usage = dict(part.usage) if part.usage else None
+            elif type(part) is ToolCall:
+                raise ModelError("the summary request answered with a tool call instead of a summary")
+        return "".join(text).strip(), usage
 
 
 class _StepStream:
@@ -369,6 +536,18 @@ class _StepStream:
         if self.pacer is not None:
             self.pacer.leave()
             self.pacer = None
+
+
+def _takes_part(model: CatalogModel) -> bool:
+    """Whether automatic compaction applies to ``model`` (the catalog or the adapter knows of it)."""
+    return model.catalog_name is not None or model.limits is not None
+
+
+async def _maybe_await(value: T | Awaitable[T]) -> T:
+    """A callback's answer, awaited when the callback was async."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
 
 
 def stale(state: AIState, event: Event) -> bool:

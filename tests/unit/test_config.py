@@ -15,6 +15,7 @@ from orchestrator.core.commands import SendInput
 from orchestrator.core.errors import ConfigError, ModelError, UsageError
 from orchestrator.models.openai import OpenAIChatModel
 from orchestrator.models.scripted import ScriptedModel
+from orchestrator.run.agent import Compaction
 from orchestrator.run.inprocess import LocalSessions
 from orchestrator.store import open_store
 from orchestrator.surfaces.config import (
@@ -258,7 +259,7 @@ def test_agent_list_in_any_order_with_every_key(tmp_path: Path) -> None:
     assert boss.instructions == "Lead.\n"
     assert boss.agents[0].name == "helper"
     assert boss.max_steps == 7
-    assert boss.compaction is not None and boss.compaction.threshold_tokens == 1000
+    assert isinstance(boss.compaction, Compaction) and boss.compaction.threshold_tokens == 1000
     assert boss.compaction.instructions == "Keep ids."
     assert boss.settings == {"temperature": 0.5, "stop": ["x"]}
     assert boss.description == "The lead."
@@ -590,7 +591,16 @@ def test_other_agent_errors(tmp_path: Path) -> None:
     assert "two agents are named 'a'" in error(tmp_path, twice)
     assert "invalid agent 'bad name'" in error(tmp_path, "agents:\n  bad name: {model: {scripted: [[{text: Hi}]]}}\n")
     assert "max_steps must be a whole number of at least 1, not 0" in error(tmp_path, MINIMAL + "    max_steps: 0\n")
-    assert "compaction needs threshold_tokens" in error(tmp_path, MINIMAL + "    compaction: {instructions: x}\n")
+    # threshold_tokens is optional now (the default comes from the model catalog): a bad value still fails.
+    assert "threshold_tokens must be a whole number of at least 1, not 0" in error(
+        tmp_path, MINIMAL + "    compaction: {threshold_tokens: 0}\n"
+    )
+    assert "on_failure must be fail or continue, not 'ignore'" in error(
+        tmp_path, MINIMAL + "    compaction: {on_failure: ignore}\n"
+    )
+    assert "should_compact is a function named by import path" in error(
+        tmp_path, MINIMAL + "    compaction: {should_compact: 3}\n"
+    )
     assert "settings must be a mapping" in error(tmp_path, MINIMAL + "    settings: [1]\n")
     assert "instructions must be text" in error(tmp_path, MINIMAL + "    instructions: [a]\n")
     clash = """

@@ -9,7 +9,9 @@ A config file defines agents, names the one ``troupe run`` starts, and may confi
         tools: [add_to_cart]                  # name, or "pkg.module:attribute"
         agents: [researcher]                  # sub-agents defined in the same file, in any order
         max_steps: 20
-        compaction: {threshold_tokens: 50000, instructions: Preserve exact IDs.}
+        compaction: {threshold_tokens: 50000, instructions: Preserve exact IDs.}   # default: from the
+                                              # model catalog; false: never; should_compact / compact:
+                                              # "pkg.module:function"; on_failure: fail | continue
         settings: {temperature: 0.2}
         description: What a parent's model is told about this agent.
       researcher: {model: ..., tools: [{tool: lookup_price, timeout: 5}]}

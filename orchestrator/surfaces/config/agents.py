@@ -121,7 +121,9 @@ class Builder:
         if "model" not in body or body["model"] is None:
             doc.fail(at, f"agent {name!r} has no model", MODEL_EXAMPLE)
         model = build_model(doc, body["model"], key_path(at, "model"))
-        compaction = self._compaction(body["compaction"], key_path(at, "compaction")) if "compaction" in body else None
+        compaction = (
+            self._compaction(body["compaction"], key_path(at, "compaction")) if "compaction" in body else Compaction()
+        )
         settings = body.get("settings")
         if settings is not None and not isinstance(settings, dict):
             doc.fail(key_path(at, "settings"), "settings must be a mapping", "e.g. settings: {temperature: 0.2}")
@@ -151,14 +153,41 @@ class Builder:
         self.built[name] = agent
         return agent
 
-    def _compaction(self, value: Any, at: str) -> Compaction:
-        body = self.doc.mapping(value, at, ("threshold_tokens", "instructions"), "compaction")
-        if "threshold_tokens" not in body:
-            self.doc.fail(at, "compaction needs threshold_tokens", "e.g. compaction: {threshold_tokens: 50000}")
-        return Compaction(
-            self.doc.integer(body["threshold_tokens"], key_path(at, "threshold_tokens"), "threshold_tokens"),
-            self.doc.optional_string(body.get("instructions"), key_path(at, "instructions"), "instructions"),
-        )
+    def _compaction(self, value: Any, at: str) -> Compaction | bool:
+        doc = self.doc
+        if value is False or value is True:
+            return value  # false: never compact (and no catalog lookup); true: the default
+        keys = ("threshold_tokens", "instructions", "should_compact", "compact", "on_failure")
+        body = doc.mapping(value, at, keys, "compaction")
+        threshold = body.get("threshold_tokens")
+        callbacks: dict[str, Any] = {}
+        for name in ("should_compact", "compact"):
+            if name in body:
+                callbacks[name] = self._callback(body[name], key_path(at, name), name)
+        on_failure = body.get("on_failure", "fail")
+        if on_failure not in ("fail", "continue"):
+            doc.fail(key_path(at, "on_failure"), f"on_failure must be fail or continue, not {on_failure!r}")
+        try:
+            return Compaction(
+                None
+                if threshold is None or doc.unset(threshold, key_path(at, "threshold_tokens"))
+                else doc.integer(threshold, key_path(at, "threshold_tokens"), "threshold_tokens"),
+                doc.optional_string(body.get("instructions"), key_path(at, "instructions"), "instructions"),
+                on_failure=on_failure,
+                **callbacks,
+            )
+        except UsageError as error:
+            doc.fail(at, error.message)
+
+    def _callback(self, ref: Any, at: str, what: str) -> Any:
+        if not isinstance(ref, str) or ":" not in ref:
+            self.doc.fail(at, f"{what} is a function named by import path", f"e.g. {what}: 'mypkg.policy:{what}'")
+        value = import_attribute(self.doc, ref, at, f"{what} function")
+        if not callable(value) or isinstance(value, type):
+            self.doc.fail(
+                at, f"{ref!r} is {kind_of(value)}, not a function", "point at a function of a CompactionContext"
+            )
+        return value
 
     def _tools(self, value: Any, at: str, taken: set[str]) -> list[ToolRef]:
         if value is None:

@@ -112,6 +112,11 @@ class Compaction:
     first prompt is sent as it is). A model the catalog does not know never compacts by default:
     set ``threshold_tokens``. ``Agent(compaction=False)`` turns compaction and the lookup off
     (recorded summaries are kept).
+
+    Settings that force the answer's shape (a ``tool_choice`` other than ``auto``/``none``, a
+    ``response_format`` other than text) would force the summary's too: automatic compaction
+    skips such an agent, and a threshold or ``should_compact`` without ``compact`` is refused.
+    Write the summary yourself with ``compact``.
     """
 
     threshold_tokens: int | None = None
@@ -204,6 +209,8 @@ class Agent:
                 f"agent {self.name!r}: compaction must be a Compaction, False, or a resolver returning one, "
                 f"not {type(compaction).__name__}"
             )
+        if isinstance(self.compaction, Compaction):
+            _check_shaping(self.name, self.compaction, self.settings)
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "agents", tuple(self.agents))
         seen: set[str] = set()
@@ -252,7 +259,7 @@ class Agent:
         """The compaction config for this step (``None``: no compaction; a resolver is called now)."""
         compaction = self.compaction
         if isinstance(compaction, Compaction):
-            return compaction
+            return None if compaction.compact is None and _shaping(self.settings) else compaction
         if compaction is False or compaction is None or compaction is True:
             return Compaction() if compaction is True else None
         resolved = compaction(context)
@@ -265,7 +272,8 @@ class Agent:
                 f"agent {self.name!r}: the compaction resolver returned {type(resolved).__name__}, "
                 "not a Compaction, False or None"
             )
-        return resolved
+        _check_shaping(self.name, resolved, self.settings)
+        return None if resolved.compact is None and _shaping(self.settings) else resolved
 
     def static_tools(self) -> tuple[ToolLike, ...] | None:
         """The tools, when they are a fixed list (``None`` when a dynamic source is among them)."""
@@ -315,3 +323,26 @@ class Agent:
             if found is not None:
                 return found
         return None
+
+
+def _shaping(settings: Mapping[str, JsonValue]) -> str | None:
+    """The setting that forces every answer's shape (so a summary's too), if any."""
+    choice = settings.get("tool_choice")
+    if choice is not None and choice not in ("auto", "none"):
+        return "tool_choice"
+    shape = settings.get("response_format")
+    if shape is not None and not (isinstance(shape, Mapping) and shape.get("type") == "text"):
+        return "response_format"
+    return None
+
+
+def _check_shaping(agent: str, compaction: Compaction, settings: Mapping[str, JsonValue]) -> None:
+    """Refuse a model-written summary the settings would force into a tool call or a schema."""
+    shaping = _shaping(settings)
+    if shaping is None or compaction.compact is not None:
+        return
+    if compaction.threshold_tokens is not None or compaction.should_compact is not None:
+        raise UsageError(
+            f"agent {agent!r}: settings.{shaping} forces every answer's shape, so the summary request "
+            "could not answer with a summary; write it with Compaction(compact=...), or drop the compaction"
+        )

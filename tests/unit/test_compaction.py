@@ -17,6 +17,7 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import SendInput, StopTurn
 from orchestrator.core.errors import ModelError, UsageError
+from orchestrator.core.events import Event
 from orchestrator.core.parts import CompactionPart
 from orchestrator.models.base import GUIDANCE_ID, ModelRequest
 from orchestrator.models.catalog import default_threshold, lookup_model
@@ -27,7 +28,7 @@ from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 from orchestrator.surfaces.config import parse_config
-from orchestrator.testing import FunctionModel, Gate
+from orchestrator.testing import FunctionModel, Gate, ScriptedModel
 from tools import tool
 
 TIMEOUT = 10
@@ -243,6 +244,33 @@ def test_compaction_settings_are_checked() -> None:
         Compaction(compact="summarize")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="compaction must be a Compaction"):
         Agent("a", "x", FunctionModel(answer_long), compaction=5)  # type: ignore[arg-type]
+
+
+async def test_settings_that_force_the_answer_shape_skip_automatic_compaction_and_refuse_a_threshold(
+    sessions: LocalSessions, store: EventStore
+) -> None:
+    forced = {"tool_choice": "required"}
+    with pytest.raises(UsageError, match=r"settings.tool_choice forces every answer's shape"):
+        Agent("a", "x", FunctionModel(answer_long), settings=forced, compaction=Compaction(threshold_tokens=100))
+    with pytest.raises(UsageError, match=r"settings.response_format"):
+        Agent(
+            "a",
+            "x",
+            FunctionModel(answer_long),
+            settings={"response_format": {"type": "json_object"}},
+            compaction=Compaction(should_compact=lambda c: True),
+        )
+    model = FunctionModel(answer_long, context_window=100)
+    runner = await sessions.open("s-1", Agent("a", "x", model, settings=forced))  # automatic: skipped
+    for i in range(3):
+        assert await turn(runner, f"u-{i}", f"m{i}") == "completed"
+    assert summaries(model) == [] and runner.state.model_metadata == {}
+    # A summary written in code is allowed: it sends no request the settings could force.
+    custom = Compaction(threshold_tokens=100, compact=lambda c: "mine")
+    other = await sessions.open("s-2", Agent("a", "x", FunctionModel(answer_long), settings=forced, compaction=custom))
+    for i in range(2):
+        assert await turn(other, f"v-{i}", f"m{i}") == "completed"  # input ids are unique per store
+    assert other.state.compaction is not None and other.state.compaction.summary == "mine"
 
 
 # -- a resolver per generation ------------------------------------------------------------------
@@ -472,6 +500,8 @@ agents:
     compaction: false
   plain:
     model: {scripted: [[{text: Hi}]]}
+  windowed:
+    model: {scripted: {steps: [[{text: Hi}]], context_window: 8000, max_output_tokens: 1000}}
 """
     config = parse_config(text, env={})
     custom = config.agents["custom"].compaction
@@ -479,7 +509,27 @@ agents:
     assert custom.compact is yaml_compact and custom.on_failure == "continue"
     assert config.agents["never"].compaction is False
     assert config.agents["plain"].compaction == Compaction()
+    windowed = config.agents["windowed"].model
+    assert isinstance(windowed, ScriptedModel) and windowed.limits == ModelLimits(8000, 1000)
     runner = await sessions.open("s-1", config.agents["custom"])
     for i in range(2):
         assert await turn(runner, f"u-{i}", f"m{i}") == "completed"
     assert runner.state.compaction is not None and runner.state.compaction.summary == "2 messages"
+
+
+async def test_a_lookup_recorded_before_this_process_is_looked_up_once_here(store: EventStore) -> None:
+    # A process crashed between the request and its lookup: the log says pending, nothing resolves it.
+    await store.append("s-1", [Event("meta-1", ai.MODEL_METADATA_REQUESTED, {"model": "function"})])
+    local = LocalSessions(store)
+    try:
+        model = FunctionModel(answer_long, context_window=1000)
+        runner = await local.open("s-1", Agent("a", "x", model))
+        assert runner.state.model_metadata["function"].status == "pending"
+        assert await turn(runner, "u-0", "m0") == "completed"
+        state = await runner.wait_for(lambda s: s.model_metadata["function"].status == "resolved", TIMEOUT)
+        assert state.model_metadata["function"].context_window == 1000
+        assert await turn(runner, "u-1", "m1") == "completed"
+        logged = await types(store)
+        assert logged.count(ai.MODEL_METADATA_REQUESTED) == 1 and logged.count(ai.MODEL_METADATA_RESOLVED) == 1
+    finally:
+        await local.close()

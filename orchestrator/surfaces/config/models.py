@@ -27,7 +27,7 @@ __all__ = ["MODEL_EXAMPLE", "DeferredModel", "build_model"]
 MODEL_EXAMPLE: Final = "e.g. model: {scripted: [[{text: Hello}]]} or model: {openai: {model: gpt-4o-mini}}"
 """The fix shown when a model is missing or malformed."""
 _MODEL_KINDS: Final = ("scripted", "openai")
-_SCRIPTED_KEYS: Final = ("steps", "per_turn", "name")
+_SCRIPTED_KEYS: Final = ("steps", "per_turn", "name", "context_window", "max_output_tokens")
 _OPENAI_KEYS: Final = ("model", "base_url", "api_key", "settings", "timeout", "max_retries", "name")
 _OPENAI_RESERVED: Final = ("model", "messages", "stream", "tools")
 
@@ -80,6 +80,7 @@ def _required_parameters(function: Callable[..., Any]) -> bool:
 
 def _scripted(doc: Document, body: Any, at: str) -> ScriptedModel:
     per_turn, name, steps_at = False, "scripted", at
+    limits: dict[str, int] = {}
     if isinstance(body, dict):
         body = doc.mapping(body, at, _SCRIPTED_KEYS, "the scripted model")
         if "steps" not in body:
@@ -88,6 +89,11 @@ def _scripted(doc: Document, body: Any, at: str) -> ScriptedModel:
             per_turn = doc.boolean(body["per_turn"], key_path(at, "per_turn"), "per_turn")
         if "name" in body:
             name = doc.string(body["name"], key_path(at, "name"), "name")
+        for key in ("context_window", "max_output_tokens"):  # its window, for automatic compaction
+            if key in body:
+                limits[key] = doc.integer(body[key], key_path(at, key), key)
+        if "max_output_tokens" in limits and "context_window" not in limits:
+            doc.fail(at, "max_output_tokens needs context_window", "e.g. scripted: {context_window: 8000, ...}")
         steps_at = key_path(at, "steps")
         body = body["steps"]
     if not isinstance(body, list) or not body:
@@ -110,7 +116,7 @@ def _scripted(doc: Document, body: Any, at: str) -> ScriptedModel:
                 doc.fail(item_at, f"bad script item: {detail}", fix)
             doc.json(item, item_at, coerce=False)
     try:
-        return ScriptedModel(body, per_turn=per_turn, name=name)
+        return ScriptedModel(body, per_turn=per_turn, name=name, **limits)
     except ConfigError as error:  # pragma: no cover - every item was checked above
         doc.fail(steps_at, error.message)
 

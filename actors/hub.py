@@ -266,3 +266,14 @@ class MutationHub:
     def sessions(self) -> Iterable[str]:
         """Sessions someone follows."""
         return self._channels.keys()
+
+    def stats(self) -> dict[str, int]:
+        """What the hub holds: ``followed`` sessions, known ``pollers``, and appends ``kept`` in rings.
+
+        Each returns to zero when nobody follows anything (long-running hosts keep nothing).
+        """
+        return {
+            "followed": len(self._channels),
+            "pollers": len(self._pollers),
+            "kept": sum(len(channel.ring) for channel in self._channels.values()),
+        }

@@ -24,7 +24,9 @@ from typing import Any, cast
 import ray
 import structlog
 
+from actors.host import SessionHost
 from actors.options import ACTOR_ERRORS, host_actor
+from actors.ray_cluster import RayCluster
 from actors.router import Router
 
 __all__ = ["Supervisor"]
@@ -140,8 +142,6 @@ class Supervisor:
 
     async def _move(self, name: str) -> None:
         """Re-create host ``name`` on a live node (same name and options), the least loaded first."""
-        from actors.host import SessionHost
-
         with contextlib.suppress(Exception):
             ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
         lost = self._nodes.get(name)
@@ -162,7 +162,7 @@ class Supervisor:
                         detached=True,
                         get_if_exists=False,
                     )
-                    handle = actor.remote(name, self.host_options)
+                    handle = actor.remote(name, self.host_options, RayCluster)
                     break
                 except ValueError:  # the dead one still holds the name
                     with contextlib.suppress(Exception):
@@ -275,11 +275,9 @@ class Supervisor:
             await self._start_host()
 
     async def _start_host(self) -> None:
-        from actors.host import SessionHost
-
         name = f"troupe-dedicated-{uuid.uuid4().hex[:12]}"
         actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=None, detached=False)
-        handle = actor.remote(name, self.host_options)
+        handle = actor.remote(name, self.host_options, RayCluster)
         await handle.ready.remote()  # a warm host has imported everything before it is needed
         self.router._handles[name] = handle
         self._pool.append(name)

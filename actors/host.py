@@ -154,18 +154,21 @@ class SessionHost:
         await asyncio.Event().wait()
 
     async def stats(self) -> dict[str, Any]:
-        """Active sessions, what the host still holds for them, and this process's memory.
+        """Active sessions, what the host still holds for them (``held``), and this process's memory."""
+        return {"name": self.name, **self.held(), "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
-        ``deactivating``: deactivations in flight; ``turn_watches``: turns waited on for pollers;
-        ``followed``, ``pollers``, ``kept``: the hub's (``MutationHub.stats``).
+    def held(self) -> dict[str, int]:
+        """What this host holds now; with no session active and no client, each is zero.
+
+        ``active``: sessions in memory; ``deactivating``: deactivations in flight;
+        ``turn_watches``: turns waited on for pollers; ``followed``, ``pollers``, ``waiting``,
+        ``kept``: the hub's (``MutationHub.stats``).
         """
         return {
-            "name": self.name,
             "active": len(self.hosted),
             "deactivating": len(self._tasks),
             "turn_watches": len(self._turn_watches),
             **self.hub.stats(),
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         }
 
     # -- activation ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol
 
 from actors.transport import Transport
 from orchestrator.core.aistate import AIState, Receipt
@@ -32,7 +32,7 @@ from orchestrator.core.contract import Reducer
 from orchestrator.core.errors import UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.ids import new_id
-from orchestrator.core.mutations import ClientView
+from orchestrator.core.mutations import ClientView, info_of
 from orchestrator.core.parts import AgentMessage, Role
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.log import Snapshot
@@ -50,8 +50,6 @@ __all__ = [
     "TurnOutcome",
     "TurnResult",
 ]
-
-T = TypeVar("T")
 
 TurnResult = TurnOutcome
 """How a prompt's turn ended (the name this module had for ``TurnOutcome``; kept for users)."""
@@ -253,8 +251,6 @@ class Session:
 
     async def info(self) -> dict[str, Any]:
         """Executing, paused, queued inputs and the active turn."""
-        from orchestrator.core.mutations import info_of
-
         snapshot = await self.state()
         return {**info_of(snapshot.state), "index": snapshot.index}
 

@@ -337,21 +337,21 @@ class SessionHost:
         await self.registry.register(key, data)
 
     async def command(self, session_id: str, agent_key: str, command: Command) -> Any:
-        """Decide and apply ``command``; returns its receipt (or ``None`` when nothing was written)."""
+        """Decide and apply ``command``: its receipt (``None``: nothing written); a repeat of its id replays it."""
         hosted = await self.activate(session_id, agent_key)
         decision = await hosted.runner.submit(command)
         self.touch(session_id)
         return decision.receipt
 
     async def commands(self, session_id: str, agent_key: str, commands: list[Command]) -> list[Any]:
-        """Several commands, in order, in one call."""
+        """Several commands, applied in order in one call (each idempotent by its id, as ``command``)."""
         hosted = await self.activate(session_id, agent_key)
         receipts = [(await hosted.runner.submit(c)).receipt for c in commands]
         self.touch(session_id)
         return receipts
 
     async def steer(self, session_id: str, agent_key: str, input_id: str, text: str, turn_id: str | None) -> Any:
-        """Steer the turn the caller observed (default: the one active now), or send when none is."""
+        """Steer the turn the caller observed (default: the active one), or send when none is; by ``input_id``."""
         hosted = await self.activate(session_id, agent_key)
         active = hosted.runner.state.active
         observed = turn_id if turn_id is not None else (active.id if active is not None else None)
@@ -359,7 +359,7 @@ class SessionHost:
         return decision.receipt
 
     async def stop(self, session_id: str, agent_key: str, command_id: str, cancel_queued: bool) -> tuple[Any, int]:
-        """Stop the active turn; returns the receipt and how many queued inputs it cancelled."""
+        """Stop the active turn (idempotent by ``command_id``): the receipt and the queued inputs it cancelled."""
         hosted = await self.activate(session_id, agent_key)
         state = hosted.runner.state
         active = state.active

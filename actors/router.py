@@ -57,6 +57,14 @@ class Router:
             handle = self._handles[name] = ray.get_actor(name, namespace=self.namespace)
         return handle
 
+    def drop(self, name: str) -> None:
+        """Forget host ``name``'s handle (it died): the next ``host(name)`` looks it up again."""
+        self._handles.pop(name, None)
+
+    def keep(self, name: str, handle: Any) -> None:
+        """Use ``handle`` for host ``name`` (one just created)."""
+        self._handles[name] = handle
+
     @property
     def supervisor(self) -> Any:
         """The supervisor's handle."""
@@ -127,7 +135,7 @@ class Router:
             await self.host(name).ready.remote()
 
         async def recover(error: Exception) -> bool:
-            self._handles.pop(name, None)  # a ValueError: not registered (yet)
+            self.drop(name)  # or a ValueError: not registered (yet)
             return True
 
         try:

@@ -107,7 +107,7 @@ class Supervisor:
             except _ACTOR_ERRORS as error:
                 died = time.monotonic()
                 log.warning("host_died", host=name, error=type(error).__name__)
-                self.router._handles.pop(name, None)
+                self.router.drop(name)
                 try:
                     await self._revive(name)
                     recovered = await self.router.host(name).recover.remote()
@@ -136,7 +136,7 @@ class Supervisor:
             except ray.exceptions.ActorUnschedulableError:
                 await self._move(name)  # pinned to a node that is gone (Ray may not say so yet)
             except (*_ACTOR_ERRORS, ValueError, TimeoutError):  # type: ignore[misc]
-                self.router._handles.pop(name, None)
+                self.router.drop(name)
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"host {name!r} did not come back")
 
@@ -177,7 +177,7 @@ class Supervisor:
                     ray.kill(handle, no_restart=True)
                 continue
             self._nodes[name] = target
-            self.router._handles[name] = handle
+            self.router.keep(name, handle)
             log.info("host_moved", host=name, node=target)
             return
         raise TimeoutError(f"no live node could take host {name!r}")
@@ -279,7 +279,7 @@ class Supervisor:
         actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=None, detached=False)
         handle = actor.remote(name, self.host_options, RayCluster)
         await handle.ready.remote()  # a warm host has imported everything before it is needed
-        self.router._handles[name] = handle
+        self.router.keep(name, handle)
         self._pool.append(name)
         self.hosts.append(name)
         self._watch(name)

@@ -71,7 +71,7 @@ async def test_two_thousand_idle_sessions_use_bounded_memory_and_reactivate(runt
 
 
 async def test_a_finished_sub_agent_leaves_memory_soon_and_its_parent_stays(runtime: Runtime) -> None:
-    from actors.host import FINISHED_CHILD_LINGER
+    from actors.subagents import FINISHED_CHILD_LINGER
     from tests.integration.helpers import delegating
 
     session = runtime.session("linger-1", agent=delegating())

@@ -194,3 +194,8 @@ def approving_tree() -> Agent:
         ),
         agents=[researcher],
     )
+
+
+def count_compact(context: Any) -> str:
+    """A compaction written in code (it travels to the hosts by value, with this module)."""
+    return f"{len(context.to_cover)} messages before turn {context.turn_id}"

@@ -18,10 +18,19 @@ from orchestrator.core.approvals import pending_approvals
 from orchestrator.core.fold import INTERRUPTED, fold_events
 from orchestrator.core.mutations import ClientView
 from orchestrator.core.parts import AgentMessage, NestedRun, ToolPart
-from orchestrator.run.agent import Agent
+from orchestrator.run.agent import Agent, Compaction
 from orchestrator.testing import ScriptedModel
 
-from .helpers import CrashingModel, Gate, approving_tree, count_lines, crashing_tool, delegating, gated_model
+from .helpers import (
+    CrashingModel,
+    Gate,
+    approving_tree,
+    count_compact,
+    count_lines,
+    crashing_tool,
+    delegating,
+    gated_model,
+)
 
 TIMEOUT = 60
 
@@ -317,3 +326,29 @@ async def test_an_idle_session_deactivates_and_reactivates_with_its_state(runtim
     assert result.text == "two"
     messages: list[AgentMessage] = await session.messages()
     assert [m.text for m in messages] == ["first", "one", "second", "two"]
+
+
+# -- compaction ----------------------------------------------------------------------------------------------
+
+
+async def test_compaction_on_ray_the_catalog_default_and_a_custom_compact(runtime: Runtime) -> None:
+    text = "x" * 400  # about 100 tokens a turn: the 300-token default threshold is crossed by turn 4
+    model = ScriptedModel([[{"text": text}]], per_turn=True, context_window=400)
+    session = runtime.session("windowed", agent=Agent("a", "x", model))
+    for i in range(5):
+        result = await asyncio.wait_for((await session.prompt(f"m{i}")).finished, TIMEOUT)
+        assert result.success
+    state = (await session.state()).state
+    assert state.model_metadata["scripted"].status == "resolved"
+    assert state.compaction is not None and state.compaction.status == "completed"
+    assert state.compaction.threshold_tokens == 300 and state.indicator is None
+    assert len(state.messages) == 10  # the conversation stays complete
+
+    custom = Compaction(should_compact=lambda c: len(c.messages) > 2, compact=count_compact)
+    other = runtime.session(
+        "custom", agent=Agent("b", "x", ScriptedModel([[{"text": "ok"}]], per_turn=True), compaction=custom)
+    )
+    for i in range(2):
+        assert (await asyncio.wait_for((await other.prompt(f"m{i}")).finished, TIMEOUT)).success
+    summary = (await other.state()).state.compaction
+    assert summary is not None and summary.summary is not None and summary.summary.startswith("2 messages before")

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import structlog
 
@@ -72,6 +72,10 @@ class StepHost(Protocol):
         """Ask the session to plan again (a step ended)."""
         ...
 
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> object:
+        """Run ``coro`` in the background, cancelled when the session closes."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class CompactionPlan:
@@ -100,9 +104,9 @@ class Steps:
         self.host = host
         self.current: StepWork | None = None
         """The step running now, if any."""
-        self.lookups: dict[str, asyncio.Task[None]] = {}
-        """Model metadata lookups this process started, by model name (one each, ever: a lookup
-        that failed is not retried every turn; the model stays ``pending``)."""
+        self.lookups: set[str] = set()
+        """Models whose metadata this process looked up (once each, ever: a lookup that failed is
+        not retried every turn; the model stays ``pending``)."""
 
     def start_after_write(self, step: Callable[[AIState], StepWork]) -> None:
         """Start a step prepared with a write, over the state that write made."""
@@ -145,7 +149,9 @@ class Steps:
         """The events that start a model step, how to start its task, and whether it may start early.
 
         A step that may compact reads and appends to the log first, so it starts only once its
-        start is written (``early`` is false); any other starts while it is written.
+        start is written (the third value is false); any other starts while it is written. The
+        first generation with a catalog model records ``ai.model.metadata.requested`` with its
+        start, and its lookup runs beside it.
         """
         host = self.host
         started: JsonObject = {
@@ -176,14 +182,14 @@ class Steps:
         lookup = False
         if config is not None:
             threshold = config.threshold_tokens
-            if threshold is None and isinstance(model, CatalogModel) and _takes_part(model):
+            if threshold is None and _takes_part(model):
                 known = state.model_metadata.get(model.name)
                 if known is None:
                     events.append(
                         Event(
                             "",
                             ai.MODEL_METADATA_REQUESTED,
-                            {"model": model.name, "catalogName": model.catalog_name},
+                            {"model": model.name, "catalogName": cast(CatalogModel, model).catalog_name},
                         )
                     )
                     lookup = True
@@ -196,8 +202,9 @@ class Steps:
 
         def start(planned: AIState) -> StepWork:
             if lookup and model.name not in self.lookups:
-                assert isinstance(model, CatalogModel)
-                self.lookups[model.name] = asyncio.ensure_future(self._look_up(model.name, model))
+                # In the background, never awaited by the step: the lookup must not delay it.
+                self.lookups.add(model.name)
+                host._spawn(self._look_up(model.name, cast(CatalogModel, model)))
             signal = CancelSignal()
             task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, plan, signal, planned))
             self.current = work = StepWork(effect.step_id, task, signal)
@@ -538,9 +545,20 @@ class _StepStream:
             self.pacer = None
 
 
-def _takes_part(model: CatalogModel) -> bool:
+_CATALOGUED: dict[type, bool] = {}
+"""Per adapter class: whether it is a ``CatalogModel`` (``isinstance`` on a Protocol is slow)."""
+
+
+def _takes_part(model: ModelAdapter) -> bool:
     """Whether automatic compaction applies to ``model`` (the catalog or the adapter knows of it)."""
-    return model.catalog_name is not None or model.limits is not None
+    kind = type(model)
+    catalogued = _CATALOGUED.get(kind)
+    if catalogued is None:
+        catalogued = _CATALOGUED[kind] = isinstance(model, CatalogModel)
+    if not catalogued:
+        return False
+    known = cast(CatalogModel, model)
+    return known.catalog_name is not None or known.limits is not None
 
 
 async def _maybe_await(value: T | Awaitable[T]) -> T:

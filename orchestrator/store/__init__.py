@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 
 from orchestrator.core.errors import UsageError
+from orchestrator.store._urls import describe_url
 from orchestrator.store.base import AppendBatch, AppendResult, EventStore, SessionSummary, Snapshot
 from orchestrator.store.memory import MemoryStore, open_memory_store
 from orchestrator.store.sqlite import SqliteStore
@@ -31,6 +32,7 @@ __all__ = [
     "SessionSummary",
     "Snapshot",
     "SqliteStore",
+    "describe_url",
     "open_store",
     "register_backend",
 ]

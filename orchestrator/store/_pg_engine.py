@@ -126,13 +126,7 @@ class Engine:
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._pool is None:
-                conn = await connect(self.url, self.where, timeout=self.connect_timeout)
-                try:
-                    await migrate(conn, self.where)
-                except psycopg.Error as error:
-                    raise failure(self.where, "checking the schema", error) from None
-                finally:
-                    await conn.close()
+                await self.migrate()
                 pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
                     self.url,
                     min_size=1,
@@ -149,6 +143,20 @@ class Engine:
                     raise failure(self.where, "opening the connection pool", error) from None
                 self._pool = pool
         return self._pool
+
+    async def migrate(self) -> tuple[int, int]:
+        """Check and migrate the schema on a connection of its own; (version before, after).
+
+        Raises:
+            StoreError: the server is unreachable, or the schema is newer than this code.
+        """
+        conn = await connect(self.url, self.where, timeout=self.connect_timeout)
+        try:
+            return await migrate(conn, self.where)
+        except psycopg.Error as error:
+            raise failure(self.where, "checking the schema", error) from None
+        finally:
+            await conn.close()
 
     async def run(self, doing: str, work: Callable[[Connection], Awaitable[T]]) -> T:
         """Run ``work`` on a pooled connection, again on a fresh one if the connection is lost.

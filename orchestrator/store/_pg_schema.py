@@ -25,13 +25,12 @@ from __future__ import annotations
 import re
 import time
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
 from orchestrator.core.errors import StoreError
 
-__all__ = ["CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "connect", "describe", "failure", "migrate", "schema_version"]
+__all__ = ["CHANNEL", "MIGRATIONS", "SCHEMA_VERSION", "connect", "failure", "migrate", "schema_version"]
 
 CHANNEL: Final = "troupe_events"
 """The ``LISTEN``/``NOTIFY`` channel; a payload is ``"<last index> <session id>"``, never events."""
@@ -73,17 +72,6 @@ _LOCK_KEY: Final = 0x74726F757065  # "troupe": the advisory lock that serializes
 _VERSION_TABLE: Final = (
     "CREATE TABLE IF NOT EXISTS troupe_schema (version integer PRIMARY KEY, applied_at double precision NOT NULL)"
 )
-
-
-def describe(url: str) -> str:
-    """The URL to show in messages: without its password (in the authority or the query)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        netloc = f"{userinfo.partition(':')[0]}@{host}"
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "password"])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def failure(where: str, doing: str, error: BaseException) -> StoreError:

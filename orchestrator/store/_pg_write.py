@@ -147,6 +147,8 @@ class GroupWriter:
         self._task: asyncio.Task[None] | None = None
         self.commits = 0
         """Transactions committed (a diagnostic: group commit keeps it far below appends)."""
+        self.lost = 0
+        """Groups whose connection was lost mid-write, then retried or found committed."""
 
     async def submit(self, batches: list[PreparedBatch | StoreError]) -> list[Outcome]:
         """Queue batches for the next group and wait for its commit (store loop).
@@ -207,6 +209,7 @@ class GroupWriter:
                 self.commits += 1
                 return results
             except _InDoubt as doubt:
+                self.lost += 1
                 committed = await self._committed(doubt.xid, retry)
                 if committed:
                     self.commits += 1
@@ -219,6 +222,7 @@ class GroupWriter:
             except (psycopg.Error, PoolTimeout) as error:
                 if not is_lost(error, conn):
                     raise failure(engine.where, "appending", error) from None
+                self.lost += 1
                 await retry.wait(error)
 
     async def _attempt(self, conn: Connection, batches: list[PreparedBatch | StoreError]) -> list[Outcome]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Final
 
 from orchestrator.core.errors import StoreError
@@ -28,8 +28,8 @@ from orchestrator.core.events import AppendResult, Event
 from orchestrator.store._codec import decode
 from orchestrator.store._pg_engine import Connection, Engine
 from orchestrator.store._pg_follow import Listener
-from orchestrator.store._pg_schema import describe
 from orchestrator.store._pg_write import GroupWriter, Outcome
+from orchestrator.store._urls import describe_url
 from orchestrator.store._validate import (
     check_after,
     check_id,
@@ -80,7 +80,7 @@ class PostgresStore:
             clock: the time source for session ``created_at``/``updated_at``.
         """
         self._url = url
-        self._where = describe(url)
+        self._where = describe_url(url)
         self._engine = Engine(
             url, self._where, pool_size=pool_size, connect_timeout=connect_timeout, reconnect_timeout=reconnect_timeout
         )
@@ -97,6 +97,20 @@ class PostgresStore:
     def commits(self) -> int:
         """Write transactions committed by this store object (far fewer than appends)."""
         return self._writer.commits
+
+    async def migrate(self) -> tuple[int, int]:
+        """Bring the database's schema up to this Troupe's now; returns (version before, after).
+
+        Every store does this on its first call anyway; ``troupe store migrate`` calls it to do
+        it ahead of a deployment and to report the versions.
+        """
+        self._check_open()
+        return await self._engine.call(self._engine.migrate())
+
+    @property
+    def lost_writes(self) -> int:
+        """Group commits whose connection was lost mid-write (then retried, or found committed)."""
+        return self._writer.lost
 
     @property
     def listener(self) -> Listener:
@@ -229,7 +243,7 @@ class PostgresStore:
 
         return await self._engine.call(self._engine.run("loading a snapshot", select))
 
-    async def follow(self, session_id: str, after: int = 0) -> AsyncIterator[Event]:
+    async def follow(self, session_id: str, after: int = 0) -> AsyncGenerator[Event, None]:
         """The session's events with index > ``after``, then each new one as it commits (forever).
 
         Woken by ``NOTIFY``, never polling; a notification missed while the listener was

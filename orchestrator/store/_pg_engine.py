@@ -17,6 +17,7 @@ own backoff; this rule covers the call that was in flight.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -85,6 +86,9 @@ class Engine:
         self.loop = asyncio.new_event_loop()
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._opening: asyncio.Lock | None = None
+        self._closing = False
+        self._inflight: set[concurrent.futures.Future[Any]] = set()
+        self._inflight_lock = threading.Lock()
         # A daemon thread: a store never closed must not keep the interpreter alive.
         self._thread = threading.Thread(target=self._run, name=f"troupe-pg {where}", daemon=True)
         self._thread.start()
@@ -105,12 +109,37 @@ class Engine:
         """
         if asyncio.get_running_loop() is self.loop:
             return await work
-        try:
+        with self._inflight_lock:
+            if self._closing:
+                work.close()
+                raise self.closed_error()
             future = asyncio.run_coroutine_threadsafe(work, self.loop)
-        except RuntimeError:  # the loop is closed: the store was closed
-            work.close()
-            raise StoreError(f"the store {self.where} is closed") from None
+            self._inflight.add(future)
+        future.add_done_callback(self._settled)
         return await asyncio.wrap_future(future)
+
+    def _settled(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._inflight_lock:
+            self._inflight.discard(future)
+
+    def closed_error(self) -> StoreError:
+        """The error for every call after ``close``."""
+        return StoreError(f"the store {self.where} is closed: open it again with open_store(url)")
+
+    async def shut(self, *steps: Callable[[], Awaitable[None]]) -> None:
+        """Close: refuse new calls, run ``steps`` (store loop), let calls in flight end, close the pool.
+
+        The loop must not stop under a call still running (a follower's read woken by the close),
+        or that call would be torn apart mid-``await`` instead of finishing.
+        """
+        with self._inflight_lock:
+            self._closing = True
+        for step in steps:
+            await step()
+        with self._inflight_lock:
+            running = list(self._inflight)
+        await asyncio.gather(*(asyncio.wrap_future(f) for f in running), return_exceptions=True)
+        await self.close_pool()
 
     async def pool(self) -> AsyncConnectionPool[Connection]:
         """The pool, after the schema is checked and migrated (store loop; first call connects).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Final
 
@@ -87,6 +88,9 @@ class PostgresStore:
         self._writer = GroupWriter(self._engine, clock)
         self._listener = Listener(self._engine)
         self._closed = False
+        # A store dropped without close(): commit what is queued, close the pool, end the thread.
+        # The callback holds the engine's parts, never the store, so the store can be collected.
+        self._finalizer = weakref.finalize(self, _abandon, self._engine, self._writer, self._listener)
 
     @property
     def url(self) -> str:
@@ -281,17 +285,34 @@ class PostgresStore:
         if self._closed:
             return
         self._closed = True
+        self._finalizer.detach()
         try:
-            await self._engine.call(self._shutdown())
+            await asyncio.wrap_future(
+                asyncio.run_coroutine_threadsafe(_shut(self._engine, self._writer, self._listener), self._engine.loop)
+            )
         finally:
             self._engine.stop()
             await asyncio.to_thread(self._engine.join)
 
-    async def _shutdown(self) -> None:
-        await self._writer.stop()
-        await self._listener.stop()
-        await self._engine.close_pool()
-
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreError(f"the store {self._where} is closed: open it again with open_store(url)")
+            raise self._engine.closed_error()
+
+
+async def _shut(engine: Engine, writer: GroupWriter, listener: Listener) -> None:
+    """Commit what is queued, end the followers, wait for calls in flight, close the pool (store loop)."""
+    await engine.shut(writer.stop, listener.stop)
+
+
+def _abandon(engine: Engine, writer: GroupWriter, listener: Listener) -> None:
+    async def end() -> None:
+        try:
+            await _shut(engine, writer, listener)
+        finally:
+            engine.loop.stop()
+
+    work = end()
+    try:
+        asyncio.run_coroutine_threadsafe(work, engine.loop)
+    except RuntimeError:  # the loop is gone already (interpreter exit)
+        work.close()

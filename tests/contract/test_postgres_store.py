@@ -4,6 +4,7 @@ following by LISTEN/NOTIFY, and surviving a server restart (the contract suite c
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Iterator
 
 import psycopg
@@ -11,9 +12,11 @@ import pytest
 
 from orchestrator.core.errors import ConcurrencyConflict, StoreError
 from orchestrator.core.events import AppendResult, Event
-from orchestrator.store import AppendBatch, open_store
+from orchestrator.store import AppendBatch, EventStore, open_store
+from orchestrator.store._pg_engine import Retry
 from orchestrator.store._pg_follow import LISTENER_NAME
 from orchestrator.store._pg_schema import SCHEMA_VERSION
+from orchestrator.store.base import Followable
 from orchestrator.store.postgres import PostgresStore
 from orchestrator.testing import eventually
 from tests.pg import PgServer, _free_port
@@ -39,6 +42,28 @@ async def test_open_store_opens_both_schemes(pg_url: str) -> None:
             await store.append("s", [ev(f"{url[:8]}-a")])
         finally:
             await store.close()
+
+
+async def test_it_is_an_event_store_that_can_be_followed(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        assert isinstance(store, EventStore) and isinstance(store, Followable)
+    finally:
+        await store.close()
+
+
+async def test_a_store_dropped_without_close_ends_its_thread(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    await store.append("s", [ev("a")])
+    thread = store._engine._thread
+    del store
+    gc.collect()
+    await eventually(lambda: not thread.is_alive(), 10)
+    reopened = PostgresStore(pg_url)
+    try:
+        assert [e.id for e in await reopened.read("s")] == ["a"]
+    finally:
+        await reopened.close()
 
 
 async def test_two_store_objects_never_both_win_one_index(two: tuple[PostgresStore, PostgresStore]) -> None:
@@ -205,6 +230,28 @@ def own_server() -> Iterator[PgServer]:
     server = PgServer.private()
     yield server
     server.stop()
+
+
+async def test_a_commit_cut_off_in_flight_is_settled_by_its_transaction_status(pg_url: str) -> None:
+    # The writer's rule for a connection lost during COMMIT: ask pg_xact_status about its xid.
+    store = PostgresStore(pg_url)
+    try:
+        await store.append("s", [ev("a")])
+        xids = {}
+        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+            for ending in ("COMMIT", "ROLLBACK"):
+                await conn.execute("BEGIN")
+                cursor = await conn.execute("SELECT pg_current_xact_id()::text")
+                row = await cursor.fetchone()
+                assert row is not None
+                xids[ending] = str(row[0])
+                await conn.execute(ending)
+        retry = Retry("test", "checking", 5)
+        writer = store._writer
+        assert await store._engine.call(writer._committed(xids["COMMIT"], retry)) is True
+        assert await store._engine.call(writer._committed(xids["ROLLBACK"], retry)) is False
+    finally:
+        await store.close()
 
 
 @pytest.mark.slow

@@ -6,3 +6,6 @@ import os
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+# The throwaway PostgreSQL server (``pg_server``, ``pg_url``) for every tier that needs one.
+pytest_plugins = ["tests.pg"]

@@ -59,7 +59,10 @@ def turn_of(state: AIState) -> dict[str, Any] | None:
 
 
 def info_of(state: AIState) -> dict[str, Any]:
-    """What ``session.info()`` reports: executing, paused, queued inputs, the active turn."""
+    """What ``session.info()`` reports: executing, paused, queued inputs, the active turn.
+
+    ``indicator`` is ``AIState.indicator``: ``"compacting"`` while a compaction runs, else ``None``.
+    """
     return {
         "executing": state.active is not None and state.active.phase not in ("paused",),
         "paused": state.inbox.paused,
@@ -70,6 +73,7 @@ def info_of(state: AIState) -> dict[str, Any]:
         "turn": turn_of(state),
         "lastTurn": None if state.last_turn is None else {"id": state.last_turn[0], "outcome": state.last_turn[1]},
         "status": state.status,
+        "indicator": state.indicator,
     }
 
 
@@ -94,7 +98,12 @@ def diff(before: AIState, after: AIState, index: int) -> list[Mutation]:
                         },
                     }
                 )
-    if before.inbox != after.inbox or before.active != after.active or before.last_turn != after.last_turn:
+    if (
+        before.inbox != after.inbox
+        or before.active != after.active
+        or before.last_turn != after.last_turn
+        or before.indicator != after.indicator
+    ):
         out.append({"type": "info", "info": info_of(after)})
     if before.app is not after.app and before.app != after.app:
         out.append({"type": "app", "app": dict(after.app)})

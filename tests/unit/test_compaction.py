@@ -6,12 +6,14 @@ Every test runs a real session in process (the runner over the in-memory store) 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from actors.local import LocalRuntime
 from orchestrator import Compaction, CompactionContext, ModelLimits, register_model, unregister_model
 from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
@@ -533,3 +535,26 @@ async def test_a_lookup_recorded_before_this_process_is_looked_up_once_here(stor
         assert logged.count(ai.MODEL_METADATA_REQUESTED) == 1 and logged.count(ai.MODEL_METADATA_RESOLVED) == 1
     finally:
         await local.close()
+
+
+async def test_a_client_sees_the_indicator_in_info_and_state_through_local_runtime() -> None:
+    gate = Gate()
+
+    async def compact(context: CompactionContext) -> str:
+        await gate.wait()
+        return "summary"
+
+    compaction = Compaction(should_compact=lambda c: len(c.messages) > 2, compact=compact)
+    agent = Agent("a", "x", FunctionModel(answer_long), compaction=compaction)
+    async with LocalRuntime("memory://") as runtime:
+        session = runtime.session("s-1", agent=agent)
+        assert (await asyncio.wait_for((await session.prompt("m0")).finished, TIMEOUT)).success
+        assert (await session.info())["indicator"] is None
+        second = await session.prompt("m1")
+        await gate.reached(TIMEOUT)
+        assert (await session.info())["indicator"] == "compacting"
+        assert (await session.state()).state.indicator == "compacting"
+        gate.open()
+        assert (await asyncio.wait_for(second.finished, TIMEOUT)).success
+        assert (await session.info())["indicator"] is None
+        assert (await session.state()).state.compaction is not None

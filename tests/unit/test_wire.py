@@ -39,12 +39,12 @@ from orchestrator import (
     ToolPhase,
     ToolResult,
     UsageError,
-    errors,
     parse_action,
     parse_message,
     parse_part,
     parse_state,
 )
+from orchestrator.core import errors
 from orchestrator.core._pvec import PVec
 from orchestrator.core.actions import SessionAction
 from orchestrator.core.stream import AgentStreamPart

@@ -665,7 +665,9 @@ _CODECS: Final[dict[str, tuple[_Encode, _Decode]]] = {
 }
 """Fields whose wire value is not the attribute itself (by attribute name, in every class)."""
 
-_KEEP_NULL: Final = frozenset({(InputMove, "before_id"), (InputSendNow, "turn_id"), (TurnStop, "turn_id")})
+_KEEP_NULL: Final = frozenset(
+    {(InputMove, "before_id"), (InputSendNow, "turn_id"), (TurnStop, "turn_id"), (ToolFinished, "output")}
+)
 """Optional fields that today's logs write as ``null`` rather than leave out (kept so)."""
 
 
@@ -746,6 +748,8 @@ def parse_payload(kind: str, obj: object) -> AIPayload:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "payload"
         raise ParseError(f"{kind} payload: {where}: {first['msg']}", f"payload.{where}") from None
+    except ParseError as error:  # from the part and action readers, which name the field themselves
+        raise ParseError(f"{kind} payload: {error.message}", f"payload.{error.field}") from None
 
 
 def wire_keys(cls: type[Any]) -> Sequence[str]:

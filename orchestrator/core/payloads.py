@@ -22,7 +22,7 @@ trusted fast decoder, for replay) and, through the one ``PAYLOAD_ADAPTER``, ``pa
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Final, Literal, TypeAlias, cast
 
@@ -30,6 +30,7 @@ from pydantic import BeforeValidator, ConfigDict, Discriminator, PlainValidator,
 from pydantic.alias_generators import to_camel
 
 from orchestrator.core import event_types as ai
+from orchestrator.core._codegen import WireField, decoder, encoder
 from orchestrator.core._json import JsonObject, JsonValue
 from orchestrator.core.actions import SessionAction
 from orchestrator.core.errors import ParseError
@@ -651,10 +652,7 @@ PAYLOAD_ADAPTER: Final[TypeAdapter[AIPayload]] = TypeAdapter(
 
 # -- the field table ---------------------------------------------------------------------------
 
-_Encode = Callable[[Any], Any]
-_Decode = Callable[[Any], Any]
-
-_CODECS: Final[dict[str, tuple[_Encode, _Decode]]] = {
+_CODECS: Final[dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]]] = {
     "parts": (lambda v: [part_to_wire(p) for p in v], lambda v: tuple(part_from_wire(p) for p in v)),
     "actions": (lambda v: [action_to_wire(a) for a in v], lambda v: tuple(action_from_wire(a) for a in v)),
     "tool_calls": (
@@ -671,51 +669,34 @@ _KEEP_NULL: Final = frozenset(
 """Optional fields that today's logs write as ``null`` rather than leave out (kept so)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Field:
-    attr: str
-    wire: str
-    required: bool
-    default: Any
-    omit_none: bool
-    encode: _Encode | None
-    decode: _Decode | None
-
-
-def _table(cls: type[Any]) -> tuple[_Field, ...]:
+def _table(cls: type[Any]) -> tuple[WireField, ...]:
     out = []
     for f in dataclasses.fields(cls):
         required = f.default is dataclasses.MISSING
-        default = None if required else f.default
         codec = _CODECS.get(f.name)
-        omit = not required and default is None and (cls, f.name) not in _KEEP_NULL
         out.append(
-            _Field(
+            WireField(
                 f.name,
                 to_camel(f.name),
-                required,
-                default,
-                omit,
-                None if codec is None else codec[0],
-                None if codec is None else codec[1],
+                required=required,
+                default=None if required else f.default,
+                omit="never" if (cls, f.name) in _KEEP_NULL or f.default is not None else "none",
+                encode=None if codec is None else codec[0],
+                decode=None if codec is None else codec[1],
             )
         )
     return tuple(out)
 
 
 _TABLES: Final = {cls: _table(cls) for cls in PAYLOAD_CLASSES.values()}
-_BY_TYPE: Final = {kind: (cls, _TABLES[cls]) for kind, cls in PAYLOAD_CLASSES.items()}
+"""The field table of every payload class."""
+_ENCODE: Final = {cls: encoder(cls, table) for cls, table in _TABLES.items()}
+_DECODE: Final = {cls.type: decoder(cls, table) for cls, table in _TABLES.items()}
 
 
 def payload_to_wire(payload: AIPayload) -> JsonObject:
     """The wire dict (camelCase) of a typed payload: the shape every stored log holds."""
-    out: JsonObject = {}
-    for f in _TABLES[type(payload)]:
-        value = getattr(payload, f.attr)
-        if value is None and f.omit_none:
-            continue
-        out[f.wire] = value if f.encode is None else f.encode(value)
-    return out
+    return _ENCODE[type(payload)](payload)
 
 
 def payload_from_wire(kind: str, obj: Mapping[str, Any]) -> AIPayload:
@@ -724,12 +705,7 @@ def payload_from_wire(kind: str, obj: Mapping[str, Any]) -> AIPayload:
     A field an older log leaves out takes its default. Raises ``KeyError`` for an unknown type
     or a missing required field (a bug in the writer, not a caller's mistake).
     """
-    cls, fields = _BY_TYPE[kind]
-    args = []
-    for f in fields:
-        value = obj[f.wire] if f.required else obj.get(f.wire, f.default)
-        args.append(value if f.decode is None or value is None else f.decode(value))
-    return cast(AIPayload, cls(*args))
+    return cast(AIPayload, _DECODE[kind](obj))
 
 
 def parse_payload(kind: str, obj: object) -> AIPayload:
@@ -750,8 +726,3 @@ def parse_payload(kind: str, obj: object) -> AIPayload:
         raise ParseError(f"{kind} payload: {where}: {first['msg']}", f"payload.{where}") from None
     except ParseError as error:  # from the part and action readers, which name the field themselves
         raise ParseError(f"{kind} payload: {error.message}", f"payload.{error.field}") from None
-
-
-def wire_keys(cls: type[Any]) -> Sequence[str]:
-    """The wire keys of a payload class, in order (for tests and docs)."""
-    return [f.wire for f in _TABLES[cls]]

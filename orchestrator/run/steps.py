@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar, cast
 
 import structlog
@@ -26,9 +26,10 @@ from orchestrator.core.buffer import coalesce
 from orchestrator.core.errors import ModelError
 from orchestrator.core.events import Event
 from orchestrator.core.parts import AgentMessage
+from orchestrator.core.payloads import Compaction as CompactionPayload
+from orchestrator.core.payloads import ModelMetadataRequested, ModelMetadataResolved, StepFailed, Stream, TurnFinished
 from orchestrator.core.plan import RunStep
 from orchestrator.core.stream import AgentStreamPart, MessageMetadata, StepFinish, TextDelta, ToolCall
-from orchestrator.core.wire import part_to_wire
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
 from orchestrator.models.catalog import CatalogModel, default_threshold, lookup_model
 from orchestrator.run.agent import Agent, Compaction, CompactionContext, MetadataContext, ResolverContext
@@ -185,13 +186,8 @@ class Steps:
             if threshold is None and _takes_part(model):
                 known = state.model_metadata.get(model.name)
                 if known is None:
-                    events.append(
-                        Event(
-                            "",
-                            ai.MODEL_METADATA_REQUESTED,
-                            {"model": model.name, "catalogName": cast(CatalogModel, model).catalog_name},
-                        )
-                    )
+                    requested = ModelMetadataRequested(model.name, cast(CatalogModel, model).catalog_name)
+                    events.append(Event("", requested.type, data=requested))
                     lookup = True
                 elif known.status == "pending":
                     lookup = model.name not in self.lookups  # recorded before this process: look it up once
@@ -217,12 +213,12 @@ class Steps:
         """Record a model's limits; never fails or delays a generation (a failure leaves it pending)."""
         try:
             limits = lookup_model(model)
-            resolved: JsonObject = {"model": name, "status": "unavailable"}
-            if limits is not None:
-                resolved = {"model": name, "status": "resolved", "contextWindow": limits.context_window}
-                if limits.max_output_tokens is not None:
-                    resolved["maxOutputTokens"] = limits.max_output_tokens
-            await self.host._append([Event("", ai.MODEL_METADATA_RESOLVED, resolved)])
+            resolved = (
+                ModelMetadataResolved(name, "unavailable")
+                if limits is None
+                else ModelMetadataResolved(name, "resolved", limits.context_window, limits.max_output_tokens)
+            )
+            await self.host._append([Event("", resolved.type, data=resolved)])
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -387,10 +383,8 @@ class Steps:
         elif plan.threshold is None or estimate <= plan.threshold:
             return True
         compaction_id = f"{active.id}.compaction.{state.session_steps}"
-        base: JsonObject = {"id": compaction_id, "inputTokens": estimate}
-        if plan.threshold is not None:
-            base["thresholdTokens"] = plan.threshold
-        await host._append([Event("", ai.COMPACTION, {**base, "status": "running"})])
+        base = CompactionPayload(compaction_id, "running", estimate, plan.threshold)
+        await host._append([Event("", base.type, data=base)])
         usage: JsonValue = None
         try:
             if config.compact is not None:
@@ -410,30 +404,28 @@ class Steps:
             raise
         except Exception as error:
             message = error.message if isinstance(error, ModelError) else (str(error) or type(error).__name__)
-            failed: JsonObject = {**base, "status": "failed", "error": message}
+            failed = replace(base, status="failed", error=message)
             if config.on_failure == "continue":
                 # The explicit option: the context stays as it was and the step goes on with it.
-                await host._append([Event("", ai.COMPACTION, failed)])
+                await host._append([Event("", failed.type, data=failed)])
                 return True
             # The default: the generation fails; the previous context (and summary) stays intact.
             text = f"compaction failed: {message}"
-            step_failed: JsonObject = {"stepId": effect.step_id, "error": text}
-            ended: JsonObject = {"turnId": effect.turn_id, "outcome": "failed", "error": text}
             code = error.code if isinstance(error, ModelError) else None
-            if code is not None:
-                step_failed["code"] = ended["code"] = code
+            step_failed = StepFailed(effect.step_id, text, code)
+            ended = TurnFinished(effect.turn_id, "failed", error=text, code=code)
             await host._append(
                 [
-                    Event("", ai.COMPACTION, failed),
-                    Event("", ai.STEP_FAILED, step_failed),
-                    Event("", ai.TURN_FINISHED, ended),
+                    Event("", failed.type, data=failed),
+                    Event("", step_failed.type, data=step_failed),
+                    Event("", ended.type, data=ended),
                 ]
             )
             return False
-        done: JsonObject = {**base, "status": "completed", "summary": summary, "through": cut}
-        if usage is not None:
-            done["usage"] = usage
-        await host._append([Event("", ai.COMPACTION, done)])
+        done = replace(
+            base, status="completed", summary=summary, through=cut, usage=usage if isinstance(usage, dict) else None
+        )
+        await host._append([Event("", done.type, data=done)])
         return True
 
     async def _summarize(
@@ -510,16 +502,16 @@ class _StepStream:
         if self.parts and (self.flushing is None or self.flushing.done()):
             self.flushing = asyncio.ensure_future(self._flush())
 
-    def _take(self) -> list[JsonValue]:
+    def _take(self) -> tuple[AgentStreamPart, ...]:
         parts, self.parts = self.parts, []
-        return [part_to_wire(p) for p in coalesce(parts)]  # wire dicts are JSON objects
+        return tuple(coalesce(parts))  # typed: the fold applies them as they are; the store encodes once
 
     async def _flush(self, extra: Sequence[Event] = ()) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        wire = self._take()
-        events = [Event("", ai.STREAM, {"stepId": self.step_id, "parts": wire})] if wire else []
+        parts = self._take()
+        events = [Event("", ai.STREAM, data=Stream(self.step_id, parts=parts))] if parts else []
         if events or extra:
             # Queued with whatever else the session writes next; if the step was stopped or
             # superseded meanwhile, these are dropped when the write is assembled.

@@ -2,9 +2,11 @@
 
 The estimate is the serialized prompt's UTF-8 bytes divided by four, calibrated by the previous
 same-model step (actual prompt tokens over what was estimated then). It is not a tokenizer and
-makes no remote calls. Over the threshold, one summary request goes to the same model; later
-requests send the summary plus everything after what it covers. The log and ``messages`` stay
-complete: compaction only changes what the model is sent.
+makes no remote calls. Over the threshold, one summary request goes to the same model, with the
+step's own instructions, tools and settings and the guidance as a last user message
+(``guidance_message``); later requests send the summary plus everything after what it covers.
+The log and ``messages`` stay complete: compaction only changes what the model is sent. How a
+step decides, and what a failed summary does, is ``orchestrator.run.agent.Compaction``'s docstring.
 """
 
 from __future__ import annotations

@@ -1,14 +1,21 @@
-"""What the Ray runtime and the in-process runtime share: sessions, agents, subscriptions."""
+"""What the Ray runtime and the in-process runtime share: sessions, agents, subscriptions.
+
+``BaseRuntime`` is the ``SessionBackend`` of the sessions it hands out (``actors.client``): it
+makes their agents known to the hosts once, keeps one ``Poller`` per host for every subscription
+and turn wait of this process, and resolves ``Turn.finished``. How an agent gets to the hosts is
+the runtime's (``_agent_key`` and ``_register_agent``): the Ray runtime pickles it, the in-process
+one hands its host the very object.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from actors.client import Poller, Session, Subscription
+from actors.client import Session, Subscription
 from actors.host import TURN_WAIT_LIMIT
 from actors.hub import WaitFailed
-from actors.registry import agent_blob
+from actors.poller import Poller
 from actors.transport import Transport
 from orchestrator.core.errors import UsageError
 from orchestrator.core.turn import TurnOutcome
@@ -25,7 +32,7 @@ class BaseRuntime:
     store: EventStore
 
     def __init__(self) -> None:
-        self._agents: dict[int, tuple[str, bytes, Agent]] = {}
+        self._agents: dict[int, tuple[str, Agent]] = {}
         self._registered: set[str] = set()
         self._pollers: dict[str, Poller] = {}
         self._later: set[asyncio.Future[None]] = set()
@@ -36,20 +43,29 @@ class BaseRuntime:
             raise UsageError(f"rt.session(..., agent=...) needs an Agent, got {type(agent).__name__}")
         known = self._agents.get(id(agent))
         if known is None:
-            key, data = agent_blob(agent)
-            known = self._agents[id(agent)] = (key, data, agent)
+            known = self._agents[id(agent)] = (self._agent_key(agent), agent)
         return Session(self, session_id, known[0])
 
-    async def _ready_agent(self, key: str) -> None:
+    def _agent_key(self, agent: Agent) -> str:
+        """The key ``agent`` is registered under (the runtime's; called once per agent object)."""
+        raise NotImplementedError
+
+    async def _register_agent(self, key: str, agent: Agent) -> None:
+        """Make ``agent`` known to the hosts under ``key`` (the runtime's)."""
+        raise NotImplementedError
+
+    async def ready_agent(self, key: str) -> None:
+        """Make sure the hosts know the agent registered as ``key`` (once per runtime; idempotent)."""
         if key in self._registered:
             return
-        for agent_key, data, _ in self._agents.values():
+        for agent_key, agent in self._agents.values():
             if agent_key == key:
-                await self.transport.register_agent(key, data)
+                await self._register_agent(key, agent)
                 self._registered.add(key)
                 return
 
-    def _subscribe(self, session: Session) -> Subscription:
+    def subscribe(self, session: Session) -> Subscription:
+        """A subscription to ``session``'s mutations, fed by the poller of its host."""
         name = self.transport.host_now(session.id)
         subscription = Subscription(session, self._unsubscribe)
         if name is None:
@@ -62,19 +78,22 @@ class BaseRuntime:
         name = await self.transport.host_of(session.id)
         self._poller(name).add(subscription)
 
-    async def _turn_outcome(self, session: Session, input_id: str) -> TurnOutcome:
+    async def turn_outcome(self, session: Session, input_id: str) -> TurnOutcome:
         """How the turn that admits ``input_id`` ended, delivered with the polls of its host."""
-        await self._ready_agent(session.agent_key)
+        await self.ready_agent(session.agent_key)
         name = self.transport.host_now(session.id) or await self.transport.host_of(session.id)
         outcome = await self._poller(name).wait(session, input_id)
         if isinstance(outcome, WaitFailed):  # e.g. the session moved to another host: ask it directly
-            outcome = await session._call("wait_input", input_id, TURN_WAIT_LIMIT)
+            asked: TurnOutcome = await self.transport.call(
+                session.id, "wait_input", session.agent_key, input_id, TURN_WAIT_LIMIT
+            )
+            return asked
         return outcome
 
     def _poller(self, host: str) -> Poller:
         poller = self._pollers.get(host)
         if poller is None:
-            poller = self._pollers[host] = Poller(self, host)
+            poller = self._pollers[host] = Poller(self.transport, host)
         return poller
 
     def _unsubscribe(self, subscription: Subscription) -> None:

@@ -2,7 +2,9 @@
 
 Every method is safe to retry: commands carry ids (a resubmission replays), so when a host dies
 mid-call the client waits for it to restart and calls again. Subscriptions long-poll the host
-(one poll per host for every session this process subscribes to) and follow restarts too.
+(one poll per host for every session this process subscribes to, ``actors.poller``) and follow
+restarts too. A ``Session`` needs only a ``SessionBackend`` of its runtime (``BaseRuntime`` is
+one), so this module names neither Ray nor the runtimes.
 """
 
 from __future__ import annotations
@@ -11,10 +13,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, Protocol
 
-from actors.hub import WaitFailed
-from actors.options import ACTOR_ERRORS
+from actors.transport import Transport
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.commands import (
     EditInput,
@@ -31,20 +32,53 @@ from orchestrator.core.contract import Reducer
 from orchestrator.core.errors import UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.ids import new_id
-from orchestrator.core.mutations import ClientView
+from orchestrator.core.mutations import ClientView, info_of
 from orchestrator.core.parts import AgentMessage, Role
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.log import Snapshot
+from orchestrator.store.base import EventStore
 
-if TYPE_CHECKING:
-    from actors.base import BaseRuntime as Runtime
+__all__ = [
+    "LiveView",
+    "Mutation",
+    "Queue",
+    "Session",
+    "SessionBackend",
+    "StopResult",
+    "Subscription",
+    "Turn",
+    "TurnOutcome",
+    "TurnResult",
+]
 
-__all__ = ["LiveView", "Mutation", "Queue", "Session", "StopResult", "Subscription", "Turn", "TurnResult"]
+TurnResult = TurnOutcome
+"""How a prompt's turn ended (the name this module had for ``TurnOutcome``; kept for users)."""
 
-T = TypeVar("T")
-_ACTOR_ERRORS = ACTOR_ERRORS
-WAIT_WAKE = 0.01
-"""Seconds a new turn wait may ride on the next poll before the waiting poll is ended for it."""
+
+class SessionBackend(Protocol):
+    """What a ``Session`` needs of its runtime (``BaseRuntime`` provides it)."""
+
+    @property
+    def transport(self) -> Transport:
+        """How calls reach the session's host."""
+        ...
+
+    @property
+    def store(self) -> EventStore:
+        """The event store (read directly for a replay under another reducer)."""
+        ...
+
+    async def ready_agent(self, key: str) -> None:
+        """Make sure the hosts know the agent registered as ``key`` (idempotent)."""
+        ...
+
+    async def turn_outcome(self, session: Session, input_id: str) -> TurnOutcome:
+        """How the turn that admits ``input_id`` ended (waits until it has)."""
+        ...
+
+    def subscribe(self, session: Session) -> Subscription:
+        """A subscription to ``session``'s mutations from now on."""
+        ...
 
 
 class Mutation(dict[str, Any]):
@@ -66,24 +100,6 @@ class Mutation(dict[str, Any]):
 
 
 @dataclass(frozen=True, slots=True)
-class TurnResult:
-    """How a prompt's turn ended."""
-
-    success: bool
-    """Whether the turn completed."""
-    outcome: str
-    """``completed``, ``failed``, ``stopped``, ``superseded``, ``handed-off`` or ``removed``."""
-    text: str
-    """The turn's final text."""
-    error: str | None = None
-    """Why it failed."""
-    turn_id: str = ""
-    """The turn that admitted the input."""
-    index: int = 0
-    """The log index at which the turn had ended: a subscriber at this index has seen all of it."""
-
-
-@dataclass(frozen=True, slots=True)
 class StopResult:
     """What ``stop()`` did."""
 
@@ -100,18 +116,14 @@ class Turn:
         self.session = session
         self.id = input_id
         self.receipt = receipt
-        self._finished: asyncio.Task[TurnResult] | None = None
+        self._finished: asyncio.Task[TurnOutcome] | None = None
 
     @property
-    def finished(self) -> asyncio.Task[TurnResult]:
-        """Resolves to a ``TurnResult`` (success, error, text) once the turn has ended."""
+    def finished(self) -> asyncio.Task[TurnOutcome]:
+        """Resolves to the ``TurnOutcome`` (success, outcome, text, error) once the turn has ended."""
         if self._finished is None:
-            self._finished = asyncio.ensure_future(self._wait())
+            self._finished = asyncio.ensure_future(self.session.runtime.turn_outcome(self.session, self.id))
         return self._finished
-
-    async def _wait(self) -> TurnResult:
-        outcome: TurnOutcome = await self.session.runtime._turn_outcome(self.session, self.id)
-        return TurnResult(outcome.success, outcome.outcome, outcome.text, outcome.error, outcome.turn_id, outcome.index)
 
 
 class Queue:
@@ -140,7 +152,7 @@ class Queue:
 class Session:
     """A handle on one session (cheap; create as many as you like)."""
 
-    def __init__(self, runtime: Runtime, session_id: str, agent_key: str) -> None:
+    def __init__(self, runtime: SessionBackend, session_id: str, agent_key: str) -> None:
         if not session_id or "/" in session_id:
             raise UsageError(
                 f"session id {session_id!r} is not valid: use a non-empty id without '/' ('/' joins sub-agent sessions)"
@@ -153,7 +165,7 @@ class Session:
     # -- calls -------------------------------------------------------------------------------------
 
     async def _call(self, method: str, *args: Any) -> Any:
-        await self.runtime._ready_agent(self.agent_key)
+        await self.runtime.ready_agent(self.agent_key)
         return await self.runtime.transport.call(self.id, method, self.agent_key, *args)
 
     async def _command(self, command: Any) -> Receipt:
@@ -239,8 +251,6 @@ class Session:
 
     async def info(self) -> dict[str, Any]:
         """Executing, paused, queued inputs and the active turn."""
-        from orchestrator.core.mutations import info_of
-
         snapshot = await self.state()
         return {**info_of(snapshot.state), "index": snapshot.index}
 
@@ -250,7 +260,7 @@ class Session:
         Subscribe first, then read the snapshot, then drop mutations whose index the snapshot
         already holds (``LiveView`` does exactly that).
         """
-        return self.runtime._subscribe(self)
+        return self.runtime.subscribe(self)
 
     async def live(self) -> LiveView:
         """A local copy of the conversation kept current (subscribe, then snapshot)."""
@@ -368,152 +378,3 @@ class LiveView:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-
-
-class Poller:
-    """One long poll at a time per host, for every session this process subscribes to on it.
-
-    The host remembers what this poller follows and how far it got (``actors.hub``), so each
-    poll sends only the sessions added or removed since the last one, and brings back only the
-    sessions with news. The same polls carry the turns this process waits on (``Turn.finished``)
-    and bring back how they ended: a turn costs no long-held call of its own.
-    """
-
-    def __init__(self, runtime: Runtime, host: str) -> None:
-        self.runtime = runtime
-        self.host = host
-        self.id = new_id("poller")
-        self.cursors: dict[str, int] = {}
-        self.subscribers: dict[str, list[Subscription]] = {}
-        self.task: asyncio.Task[None] | None = None
-        self._added: dict[str, int] = {}
-        self._removed: set[str] = set()
-        self._full = True  # the next poll registers everything (first poll, or a host restart)
-        self._polling = False
-        self._resets: set[str] = set()
-        self.waits: dict[str, tuple[str, str, asyncio.Future[TurnOutcome | WaitFailed]]] = {}
-        """Turns waited on: input id -> session id, agent key, and the future of the outcome."""
-        self._new_waits: dict[str, tuple[str, str]] = {}
-        self._wake_timer: asyncio.TimerHandle | None = None
-
-    def wait(self, session: Session, input_id: str) -> asyncio.Future[TurnOutcome | WaitFailed]:
-        """How the turn that admits ``input_id`` ends, delivered by a later poll."""
-        known = self.waits.get(input_id)
-        if known is not None:
-            return known[2]
-        future: asyncio.Future[TurnOutcome | WaitFailed] = asyncio.get_running_loop().create_future()
-        self.waits[input_id] = (session.id, session.agent_key, future)
-        self._new_waits[input_id] = (session.id, session.agent_key)
-        if self._polling and self._wake_timer is None:
-            # A poll waiting at the host carries no news of this wait: if no reply comes back soon
-            # (which would send it with the next poll), end the waiting poll.
-            self._wake_timer = asyncio.get_running_loop().call_later(WAIT_WAKE, self._wake_for_waits)
-        self._ensure_running()
-        return future
-
-    def _wake_for_waits(self) -> None:
-        self._wake_timer = None
-        if self._new_waits and self._polling:
-            self.runtime.transport.wake(self.host, self.id)
-
-    def _ensure_running(self) -> None:
-        if self.task is None or self.task.done():
-            self.task = asyncio.ensure_future(self._run())
-
-    def add(self, subscription: Subscription) -> None:
-        session_id = subscription.session.id
-        self.subscribers.setdefault(session_id, []).append(subscription)
-        cursor = self.cursors.get(session_id)
-        if cursor is not None and cursor >= 0:  # already followed: this subscriber starts after `cursor`
-            subscription.cursor = cursor
-            subscription.registered.set()
-        elif cursor is None:
-            self.cursors[session_id] = -1
-            self._added[session_id] = -1
-            self._removed.discard(session_id)
-            if self._polling:
-                self.runtime.transport.wake(self.host, self.id)  # the waiting poll returns; the next sends it
-        self._ensure_running()
-
-    def remove(self, subscription: Subscription) -> None:
-        session_id = subscription.session.id
-        subs = self.subscribers.get(session_id, [])
-        if subscription in subs:
-            subs.remove(subscription)
-        if not subs:
-            self.subscribers.pop(session_id, None)
-            if self.cursors.pop(session_id, None) is not None:
-                self._added.pop(session_id, None)
-                self._removed.add(session_id)
-            if not self.subscribers and not self.waits and self._polling:
-                self.runtime.transport.wake(self.host, self.id)  # nothing left to wait for: send the removals
-
-    async def _run(self) -> None:
-        transport = self.runtime.transport
-        # Removals go out even after the last subscription closed: the host then drops the
-        # sessions' rings at once, not when this client polls again.
-        while self.subscribers or self.waits or (self._removed and not self._full):
-            full = self._full
-            added = dict(self.cursors) if full else self._added
-            removed = [] if full else list(self._removed)
-            waits = {i: (sid, key) for i, (sid, key, _) in self.waits.items()} if full else self._new_waits
-            self._added, self._removed, self._full, self._new_waits = {}, set(), False, {}
-            self._polling = True
-            following = bool(self.subscribers or self.waits)
-            timeout = 5.0 if following and not added else 0.0
-            try:
-                reply = await transport.poll(self.host, self.id, added, removed, timeout, full, waits)
-            except _ACTOR_ERRORS:
-                # The host restarted and lost its rings: register again from "now", and once the
-                # host has told us where "now" is, tell subscribers to re-read the snapshot.
-                # (A snapshot read before re-registering could miss what happens in between.)
-                await transport.wait_ready(self.host)
-                self._restart(reset=True)
-                continue
-            except asyncio.CancelledError:
-                return
-            finally:
-                self._polling = False
-            if reply is None:  # the host does not know this poller (it restarted between polls)
-                self._restart(reset=False)
-                continue
-            news, outcomes = reply
-            for input_id, outcome in outcomes.items():
-                entry = self.waits.pop(input_id, None)
-                if entry is not None and not entry[2].done():
-                    entry[2].set_result(outcome)
-            for session_id, (cursor, mutations) in news.items():
-                if session_id not in self.cursors:
-                    continue
-                self.cursors[session_id] = cursor
-                batch = [Mutation(m) for m in mutations]
-                if session_id in self._resets:
-                    self._resets.discard(session_id)
-                    batch.insert(0, Mutation(type="reset", index=cursor))
-                for sub in self.subscribers.get(session_id, []):
-                    if not sub.registered.is_set():
-                        sub.cursor = cursor
-                        sub.registered.set()
-                    if batch:
-                        sub.feed(batch)
-
-    def _restart(self, *, reset: bool) -> None:
-        """Register every session again; with ``reset``, from "now", and re-read the snapshot."""
-        self._full = True
-        self._added.clear()
-        self._removed.clear()
-        if reset:
-            for session_id in self.cursors:
-                self.cursors[session_id] = -1
-                self._resets.add(session_id)
-
-    async def close(self) -> None:
-        if self._wake_timer is not None:
-            self._wake_timer.cancel()
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        for _, _, future in self.waits.values():
-            future.cancel()  # the runtime is closing: nobody will deliver these
-        self.waits.clear()

@@ -1,12 +1,17 @@
-"""``SessionHost``: a long-lived Ray actor that hosts many sessions as virtual actors.
+"""``SessionHost``: a long-lived actor that hosts many sessions as virtual actors.
 
 Each session is a ``SessionRunner`` (its fold, its mailbox, its run loop), activated on its first
 command and deactivated after ``idle_timeout`` of quiet (its state stays in the store). Commands
 for one session run strictly one at a time (the runner's lock); sessions run concurrently.
 
 A host is restartable: a crash re-runs ``__init__``, and ``recover`` re-activates the sessions
-it had (listed in the store), each of which recovers its own unfinished work. In ``dedicated``
-placement a host holds exactly one session at a time.
+it had (listed in the store, ``actors.directory``), each of which recovers its own unfinished
+work. In ``dedicated`` placement a host holds exactly one session at a time. Sub-agent sessions
+are run for their parents by ``actors.subagents``.
+
+A plain class that imports no Ray: the in-process runtime runs it as is, and what it needs of a
+cluster (other hosts, the supervisor, its node, how agents arrive) comes in as its ``Cluster``
+(``actors.ray_cluster`` on Ray); ``actors.options`` makes it a Ray actor.
 
 Every method is safe to call more than once (Ray may retry, or a caller may repeat after a
 failure): commands are idempotent by id, deliveries by sequence number.
@@ -17,46 +22,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
+from actors.cluster import Cluster
+from actors.directory import HostDirectory
+from actors.errors import SessionMoved
 from actors.hub import MutationHub, WaitFailed
 from actors.registry import AgentRegistry
-from actors.router import Router
+from actors.subagents import SubAgents
 from orchestrator.core.aistate import AIState
-from orchestrator.core.commands import Command, PauseSession, ResumeSession, SendInput, StopTurn
-from orchestrator.core.errors import TroupeError, UsageError
+from orchestrator.core.commands import Command, SendInput, StopTurn
 from orchestrator.core.events import Event
-from orchestrator.core.ids import child_agent_key, command_id
 from orchestrator.core.mutations import diff
-from orchestrator.core.wire import pack, unpack
-from orchestrator.run.agent import Agent
-from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult, NestedForwarder
+from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
 from orchestrator.run.gc_tuning import tune_gc
-from orchestrator.run.inprocess import drive_child
 from orchestrator.run.log import Applied
 from orchestrator.run.pacing import StreamPacer
 from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
+from orchestrator.store.base import EventStore
 
-__all__ = ["HostOptions", "SessionHost", "SessionMoved"]
+__all__ = ["TURN_WAIT_LIMIT", "ClusterFactory", "HostOptions", "SessionHost"]
 
 log = structlog.get_logger()
 
-REPORT_EVERY = 0.1
-"""Seconds between two reports of a host's active sessions to the supervisor (a burst is one report)."""
 TURN_WAIT_LIMIT = 24 * 3600.0
 """Seconds a host waits on one turn's end for a client (``Turn.finished``)."""
-FINISHED_CHILD_LINGER = 0.5
-"""Seconds a finished sub-agent stays in memory: its result is durable, and a re-attach refolds it."""
 
 
-class SessionMoved(TroupeError):
-    """A dedicated host was asked about a session it does not own (any more): ask where it is."""
+ClusterFactory = Callable[[str, "HostOptions"], Cluster]
+"""Builds a host's cluster from its name and options (in the host's process: Ray re-runs it on a restart)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,37 +107,36 @@ class _Hosted:
 class SessionHost:
     """Hosts sessions (see the module docstring). Plain class; ``actors.options`` makes it an actor."""
 
-    def __init__(self, name: str, options: HostOptions) -> None:
+    def __init__(
+        self, name: str, options: HostOptions, cluster: ClusterFactory, *, store: EventStore | None = None
+    ) -> None:
         if not options.extra.get("local"):
             tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.run.gc_tuning)
         self.name = name
         self.options = options
-        self.store = open_store(_with_writer(options.store, options.sqlite_writer))
-        self.registry = AgentRegistry(self.store)
+        self.cluster = cluster(name, options)
+        self.store = store if store is not None else open_store(_with_writer(options.store, options.sqlite_writer))
+        self.registry = AgentRegistry(self.store, self.cluster.codec)
         self.hub = MutationHub(linger=options.poll_linger)
         self.pacer = StreamPacer(options.flush_budget)
         self.hosted: dict[str, _Hosted] = {}
         self._opening: dict[str, asyncio.Future[_Hosted]] = {}
-        self.router = Router(
-            options.namespace,
-            options.extra.get("hosts", [name]),
-            options.placement,
-            children=options.extra.get("children", "spread"),
-        )
-        self._forwarders: dict[tuple[str, str], Any] = {}
+        self.subagents = SubAgents(self, self.cluster.deliver)
         self.adopted: set[str] = set()
         """Dedicated placement: the session(s) the supervisor gave this host."""
         self._tasks: set[asyncio.Future[Any]] = set()
         self._turn_watches: dict[tuple[str, str], asyncio.Future[None]] = {}
         """Turns clients wait on through their pollers: (poller, input id) -> the waiting task."""
-        self._directory_marked = 0  # directory changes made / saved (generations)
-        self._directory_saved = 0
-        self._directory_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._closing = False
-        self._directory_task: asyncio.Task[None] | None = None
-        self._report_task: asyncio.Task[None] | None = None
-        self._reports = 0
         self.started = time.time()
+        self.directory = HostDirectory(
+            self.store,
+            name,
+            self.started,
+            active=self._entries,
+            report=self.cluster.report,
+            kept=not options.extra.get("local"),
+        )
         self.log = log.bind(host=name)
         self._boot: asyncio.Task[list[str]] | None = None
         with contextlib.suppress(RuntimeError):  # no running loop: a plain (test) instance
@@ -147,25 +147,28 @@ class SessionHost:
 
     async def ready(self) -> dict[str, Any]:
         """Who and where this host is (also: a call that waits until the actor is up)."""
-        node = None
-        if not self.options.extra.get("local"):
-            import ray
-
-            node = ray.get_runtime_context().get_node_id()
-        return {"name": self.name, "node": node, "started": self.started, "pid": os.getpid()}
+        return {"name": self.name, "node": self.cluster.node(), "started": self.started, "pid": os.getpid()}
 
     async def watch(self) -> None:
         """Never returns: the supervisor awaits it to learn when this host dies."""
         await asyncio.Event().wait()
 
     async def stats(self) -> dict[str, Any]:
-        """Active sessions and this process's memory."""
-        import resource
+        """Active sessions, what the host still holds for them (``held``), and this process's memory."""
+        return {"name": self.name, **self.held(), "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
+    def held(self) -> dict[str, int]:
+        """What this host holds now; with no session active and no client, each is zero.
+
+        ``active``: sessions in memory; ``deactivating``: deactivations in flight;
+        ``turn_watches``: turns waited on for pollers; ``followed``, ``pollers``, ``waiting``,
+        ``kept``: the hub's (``MutationHub.stats``).
+        """
         return {
-            "name": self.name,
             "active": len(self.hosted),
-            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "deactivating": len(self._tasks),
+            "turn_watches": len(self._turn_watches),
+            **self.hub.stats(),
         }
 
     # -- activation ---------------------------------------------------------------------------------
@@ -174,7 +177,11 @@ class SessionHost:
         """Dedicated placement: the supervisor hands this host ``session_id``."""
         self.adopted.add(session_id)
 
-    async def _hosted(self, session_id: str, agent_key: str) -> _Hosted:
+    def _entries(self) -> dict[str, str]:
+        return {sid: h.agent_key for sid, h in self.hosted.items()}
+
+    async def activate(self, session_id: str, agent_key: str) -> _Hosted:
+        """The session, activated (and recovered from its log) on first use; one opening at a time."""
         hosted = self.hosted.get(session_id)
         if hosted is not None:
             return hosted
@@ -191,7 +198,7 @@ class SessionHost:
                 self.store,
                 session_id,
                 agent,
-                children=self._children(agent_key),
+                children=self.cluster.children(self.subagents, agent_key),
                 flush_interval=self.options.flush_interval,
                 flush_every=self.options.flush_every,
                 flush_parts=self.options.flush_parts,
@@ -204,9 +211,9 @@ class SessionHost:
             self.hosted[session_id] = hosted
             # In the directory before any work is accepted: a restart of this host then knows to
             # re-activate the session (and its unfinished turn) without waiting for a client.
-            await self._directory_durable(self._mark_directory(session_id))
+            await self.directory.durable(self.directory.mark(session_id))
             await runner.start()
-            self._touch(session_id)
+            self.touch(session_id)
             future.set_result(hosted)
             return hosted
         except BaseException as error:
@@ -231,11 +238,11 @@ class SessionHost:
             else:
                 hub.note_index(session_id, index)
             hosted.last_state = state
-            self._touch(session_id)
+            self.touch(session_id)
 
         return listen
 
-    def _touch(self, session_id: str, delay: float | None = None) -> None:
+    def touch(self, session_id: str, delay: float | None = None) -> None:
         """The session did something: it deactivates after ``delay`` (default: the idle timeout) of quiet.
 
         Called on every write, so it only records the time; the one scheduled check moves itself.
@@ -265,7 +272,7 @@ class SessionHost:
             return
         if not self._idle(hosted) or self.hub.interested(session_id):
             hosted.idle = None
-            self._touch(session_id)
+            self.touch(session_id)
             return
         hosted.idle = None
         task = asyncio.ensure_future(self.deactivate(session_id))
@@ -293,13 +300,12 @@ class SessionHost:
                 await log_.save_snapshot()
         await hosted.runner.close()
         self.hub.forget(session_id)
-        self._mark_directory(session_id)
+        self.directory.mark(session_id)
         if self.options.placement == "dedicated":
             # The process goes back to the warm pool for the next session.
             self.adopted.discard(session_id)
             if not self._closing:
-                with contextlib.suppress(Exception):
-                    self.router.supervisor.release.remote(self.name, session_id)
+                self.cluster.release(session_id)
         return True
 
     async def deactivate_idle(self) -> int:
@@ -311,88 +317,18 @@ class SessionHost:
                 count += await self.deactivate(session_id)
         return count
 
-    # -- the directory this host keeps in the store (for its own restart) --------------------------
-
-    def _mark_directory(self, session_id: str) -> int:
-        """Note that ``session_id`` was activated or deactivated; returns the change's generation.
-
-        Only top-level sessions are kept in the store's directory: a sub-agent session is
-        re-attached by its parent's recovery (its delegate call runs again), never on its own.
-        Every change is reported to the supervisor (at most every ``REPORT_EVERY`` seconds).
-        """
-        if self.options.extra.get("local"):
-            return 0  # an in-process host never restarts: it needs no directory in the store
-        self._report_soon()
-        if "/" in session_id:
-            return self._directory_saved
-        self._directory_marked += 1
-        if self._directory_task is None or self._directory_task.done():
-            self._directory_task = asyncio.ensure_future(self._save_directory())
-        return self._directory_marked
-
-    async def _directory_durable(self, generation: int) -> None:
-        """Wait until the directory in the store includes change ``generation``."""
-        if generation <= self._directory_saved:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._directory_waiters.append((generation, waiter))
-        await waiter
-
-    async def _save_directory(self) -> None:
-        # Changes made while a save is in flight go out together in the next one.
-        while self._directory_saved < self._directory_marked:
-            generation = self._directory_marked
-            entries = {sid: h.agent_key for sid, h in self.hosted.items() if "/" not in sid}
-            failure: BaseException | None = None
-            try:
-                await self.store.save_snapshot(f"troupe:host:{self.name}", "directory", 0, pack(entries))
-                self._directory_saved = generation
-            except Exception as error:
-                failure = error
-            waiting, self._directory_waiters = self._directory_waiters, []
-            for wanted, waiter in waiting:
-                if waiter.done():
-                    continue
-                if failure is not None:
-                    waiter.set_exception(failure)
-                elif wanted <= generation:
-                    waiter.set_result(None)
-                else:
-                    self._directory_waiters.append((wanted, waiter))
-            if failure is not None:
-                self.log.error("directory_save_failed", error=str(failure))
-                return
-
-    def _report_soon(self) -> None:
-        if self._report_task is None or self._report_task.done():
-            self._report_task = asyncio.ensure_future(self._report())
-
-    async def _report(self) -> None:
-        """Tell the supervisor which sessions are active here (one report per burst of changes)."""
-        await asyncio.sleep(REPORT_EVERY)
-        if self._closing:
-            return
-        self._reports += 1
-        entries = {sid: h.agent_key for sid, h in self.hosted.items()}
-        with contextlib.suppress(Exception):
-            await self.router.report(self.name, entries, (self.started, self._reports))
+    # -- the directory this host keeps in the store (for its own restart): actors.directory ----------
 
     async def recover(self) -> list[str]:
-        """Re-activate the sessions this host had before it restarted (they recover their work)."""
-        snapshot = await self.store.load_snapshot(f"troupe:host:{self.name}", "directory")
-        if snapshot is None:
-            return []
-        entries: dict[str, str] = unpack(snapshot.data)
-        for session_id, agent_key in entries.items():
-            try:
-                await self._hosted(session_id, agent_key)
-            except Exception as error:
-                self.log.warning("recover_failed", session_id=session_id, error=str(error))
-        return list(entries)
+        """Re-activate the sessions this host had before it restarted (they recover their work).
+
+        Idempotent: a session already active stays as it is.
+        """
+        return await self.directory.recover(self.activate)
 
     async def sessions(self) -> dict[str, str]:
         """Active sessions and their agent keys."""
-        return {sid: h.agent_key for sid, h in self.hosted.items()}
+        return self._entries()
 
     # -- the session API ------------------------------------------------------------------------------
 
@@ -401,30 +337,30 @@ class SessionHost:
         await self.registry.register(key, data)
 
     async def command(self, session_id: str, agent_key: str, command: Command) -> Any:
-        """Decide and apply ``command``; returns its receipt (or ``None`` when nothing was written)."""
-        hosted = await self._hosted(session_id, agent_key)
+        """Decide and apply ``command``: its receipt (``None``: nothing written); a repeat of its id replays it."""
+        hosted = await self.activate(session_id, agent_key)
         decision = await hosted.runner.submit(command)
-        self._touch(session_id)
+        self.touch(session_id)
         return decision.receipt
 
     async def commands(self, session_id: str, agent_key: str, commands: list[Command]) -> list[Any]:
-        """Several commands, in order, in one call."""
-        hosted = await self._hosted(session_id, agent_key)
+        """Several commands, applied in order in one call (each idempotent by its id, as ``command``)."""
+        hosted = await self.activate(session_id, agent_key)
         receipts = [(await hosted.runner.submit(c)).receipt for c in commands]
-        self._touch(session_id)
+        self.touch(session_id)
         return receipts
 
     async def steer(self, session_id: str, agent_key: str, input_id: str, text: str, turn_id: str | None) -> Any:
-        """Steer the turn the caller observed (default: the one active now), or send when none is."""
-        hosted = await self._hosted(session_id, agent_key)
+        """Steer the turn the caller observed (default: the active one), or send when none is; by ``input_id``."""
+        hosted = await self.activate(session_id, agent_key)
         active = hosted.runner.state.active
         observed = turn_id if turn_id is not None else (active.id if active is not None else None)
         decision = await hosted.runner.submit(SendInput(input_id, text, steer=observed))
         return decision.receipt
 
     async def stop(self, session_id: str, agent_key: str, command_id: str, cancel_queued: bool) -> tuple[Any, int]:
-        """Stop the active turn; returns the receipt and how many queued inputs it cancelled."""
-        hosted = await self._hosted(session_id, agent_key)
+        """Stop the active turn (idempotent by ``command_id``): the receipt and the queued inputs it cancelled."""
+        hosted = await self.activate(session_id, agent_key)
         state = hosted.runner.state
         active = state.active
         if active is None:
@@ -436,18 +372,18 @@ class SessionHost:
 
     async def push(self, session_id: str, agent_key: str, events: list[Event], trusted: bool) -> int:
         """Append app events; returns the log index after them."""
-        hosted = await self._hosted(session_id, agent_key)
+        hosted = await self.activate(session_id, agent_key)
         await hosted.runner.push(events, trusted=trusted)
         return hosted.runner.log.index
 
     async def snapshot(self, session_id: str, agent_key: str) -> tuple[AIState, int]:
         """The session's state and the index it reflects."""
-        hosted = await self._hosted(session_id, agent_key)
+        hosted = await self.activate(session_id, agent_key)
         return hosted.runner.state, hosted.runner.log.index
 
     async def state_at(self, session_id: str, agent_key: str, through: int | None) -> tuple[Any, int]:
         """The fold through ``through`` (the whole log when ``None``)."""
-        hosted = await self._hosted(session_id, agent_key)
+        hosted = await self.activate(session_id, agent_key)
         return await hosted.runner.log.state_at(through=through)
 
     async def poll(
@@ -499,123 +435,50 @@ class SessionHost:
 
     async def wait_input(self, session_id: str, agent_key: str, input_id: str, timeout: float) -> Any:
         """How the turn that admits ``input_id`` ended (what ``Turn.finished`` resolves to)."""
-        hosted = await self._hosted(session_id, agent_key)
+        hosted = await self.activate(session_id, agent_key)
         hosted.busy += 1
         try:
             return await hosted.runner.wait_input(input_id, timeout=timeout)
         finally:
             hosted.busy -= 1
 
-    # -- sub-agents -----------------------------------------------------------------------------------
-
-    def _children(self, agent_key: str) -> Any:
-        from actors.children import RayChildren
-
-        return RayChildren(self, agent_key)
+    # -- sub-agents: actors.subagents ----------------------------------------------------------------
 
     async def child_run(self, request: ChildRequest, root_key: str, parent_host: str) -> ChildResult:
-        """Run (or re-attach to) a child session, streaming its batches to the parent's host."""
-        hosted = await self._child_hosted(request.child_id, request.agent, root_key)
-        runner = hosted.runner
+        """Run (or re-attach to) a child session, streaming its batches to the parent's host.
 
-        deliver = self._deliverer(parent_host, request.parent_id)
-        forwarder = NestedForwarder(request.call_id, deliver)
-
-        async def listen(applied: Sequence[Applied], state: AIState, index: int) -> None:
-            await forwarder.forward(applied, state, index)
-
-        # A re-attach (the parent recovered) replaces the forwarder of the earlier attach.
-        previous = self._forwarders.pop((request.child_id, request.call_id), None)
-        if previous is not None:
-            with contextlib.suppress(ValueError):
-                runner.listeners.remove(previous)
-        self._forwarders[(request.child_id, request.call_id)] = listen
-        runner.listeners.append(listen)
-        hosted.busy += 1
-        try:
-            return await drive_child(runner, forwarder, request)
-        finally:
-            hosted.busy -= 1
-            with contextlib.suppress(ValueError):
-                runner.listeners.remove(listen)
-            if self._forwarders.get((request.child_id, request.call_id)) is listen:
-                del self._forwarders[(request.child_id, request.call_id)]
-            # A finished sub-agent is rarely asked again: it leaves memory (a dedicated one frees its
-            # process) soon, rather than after the idle timeout; a parent's recovery refolds it.
-            self._touch(request.child_id, FINISHED_CHILD_LINGER)
+        Safe to repeat (the parent recovered): the new call re-attaches, a snapshot first, then
+        batches; the child's task input goes in only once.
+        """
+        return await self.subagents.run(request, root_key, parent_host)
 
     async def child_command(self, child_id: str, agent: Any, root_key: str, command: Command) -> Any:
-        """A command for a sub-agent session (an answer to its approval); returns its receipt."""
-        hosted = await self._child_hosted(child_id, agent, root_key)
-        receipt = (await hosted.runner.submit(command)).receipt
-        self._touch(child_id)
-        return receipt
+        """A command for a sub-agent session (an answer to its approval); returns its receipt.
 
-    async def _child_hosted(self, child_id: str, agent: Any, root_key: str) -> _Hosted:
-        """The child session, activated under its agent (``agent`` may be only its name)."""
-        hosted = self.hosted.get(child_id)
-        if hosted is not None:
-            return hosted
-        child_key = child_agent_key(root_key, agent.name)
-        if child_key not in self.registry._cache:
-            root = await self.registry.get(root_key)
-            sub = root.find(agent.name)
-            if sub is None:
-                sub = agent if isinstance(agent, Agent) else None
-            if sub is None:
-                raise UsageError(f"agent {root_key!r} has no sub-agent {agent.name!r}")
-            self.registry.put(child_key, sub)
-        return await self._hosted(child_id, child_key)
-
-    def _deliverer(self, parent_host: str, parent_id: str) -> Any:
-        if parent_host == self.name:
-
-            async def local(batch: ChildBatch) -> None:
-                hosted = self.hosted.get(parent_id)
-                if hosted is not None:
-                    await hosted.runner.deliver(batch)
-
-            return local
-        router = self.router
-
-        async def remote(batch: ChildBatch) -> None:
-            # Fire and forget: batches carry sequence numbers, and a lost one is healed by the
-            # snapshot the child sends when the parent re-attaches.
-            router.host(parent_host).deliver.remote(parent_id, batch)
-
-        return remote
+        Idempotent by the command's id, like ``command``.
+        """
+        return await self.subagents.command(child_id, agent, root_key, command)
 
     async def deliver(self, session_id: str, batch: ChildBatch) -> None:
-        """A child's batch for session ``session_id`` (a parent hosted here)."""
-        hosted = self.hosted.get(session_id)
-        if hosted is not None:
-            await hosted.runner.deliver(batch)
+        """A child's batch for session ``session_id`` (a parent hosted here).
+
+        Batches carry sequence numbers: the parent drops a repeat and holds one that comes early.
+        """
+        await self.subagents.deliver(session_id, batch)
 
     async def control(self, session_id: str, action: str, when: str = "now") -> None:
-        """Stop, pause or resume a session that is active here (a parent's cascade)."""
-        hosted = self.hosted.get(session_id)
-        if hosted is None:
-            return
-        command: Command
-        if action == "stop":
-            command = StopTurn(command_id())
-        elif action == "pause":
-            command = PauseSession(command_id(), "now" if when == "now" else "after-turn")
-        else:
-            command = ResumeSession(command_id())
-        await hosted.runner.submit(command)
+        """Stop, pause or resume a session that is active here (a parent's cascade; no-op if not)."""
+        await self.subagents.control(session_id, action, when)
 
     async def shutdown(self) -> None:
         """Close every session (used when a runtime that owns this host exits)."""
-        self._closing = True  # the supervisor is going away too: tell it nothing more
+        self._closing = self.directory.closing = True  # the supervisor is going away too: tell it nothing more
         for task in [self._boot, *self._tasks, *self._turn_watches.values()]:
             if task is not None and not task.done():
                 task.cancel()
         for session_id in list(self.hosted):
             await self.deactivate(session_id)
-        if self._directory_task is not None:
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._directory_task
+        await self.directory.close()
         await self.store.close()
 
 

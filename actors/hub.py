@@ -72,6 +72,7 @@ class MutationHub:
         self.linger = linger
         self._channels: dict[str, _Channel] = {}
         self._pollers: dict[str, _Poller] = {}
+        self._waiting = 0  # polls waiting for news now
         self._swept = time.monotonic()
 
     def interested(self, session_id: str) -> bool:
@@ -181,10 +182,13 @@ class MutationHub:
             self._follow(poller_id, poller, session_id, after, index_of.get(session_id, 0))
         if not poller.dirty and not poller.outcomes and timeout > 0 and not changes:
             # The event stays set from a publish or a wake that came before this poll: no wait then.
+            self._waiting += 1
             try:
                 await asyncio.wait_for(poller.event.wait(), timeout)
             except TimeoutError:
                 return {}
+            finally:
+                self._waiting -= 1
             if self.linger > 0:
                 await asyncio.sleep(self.linger)  # let the rest of a burst arrive: fewer, larger replies
         poller.event.clear()
@@ -266,3 +270,16 @@ class MutationHub:
     def sessions(self) -> Iterable[str]:
         """Sessions someone follows."""
         return self._channels.keys()
+
+    def stats(self) -> dict[str, int]:
+        """What the hub holds: ``followed`` sessions, known ``pollers``, appends ``kept`` in rings.
+
+        Each returns to zero when nobody follows anything (long-running hosts keep nothing).
+        ``waiting``: polls waiting for news now (held open until news, a wake or their timeout).
+        """
+        return {
+            "followed": len(self._channels),
+            "pollers": len(self._pollers),
+            "waiting": self._waiting,
+            "kept": sum(len(channel.ring) for channel in self._channels.values()),
+        }

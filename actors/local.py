@@ -3,16 +3,53 @@
 The same ``SessionHost`` and ``Session`` client as the Ray runtime, over an in-process transport:
 every session and sub-agent runs here. For tests, scripts, and embedding a few sessions in a
 program that is not a Ray application. Any store works, ``memory://`` included.
+
+Agents are not pickled: the host runs the very ``Agent`` objects its sessions were opened with
+(there is no other process to send them to), so a test's model or tool objects are the ones that
+run, and an agent need not be picklable here (on Ray it must be).
 """
 
 from __future__ import annotations
 
+import itertools
+
 from actors.base import BaseRuntime
 from actors.host import HostOptions, SessionHost
+from actors.subagents import HostChildren, SubAgents
 from actors.transport import LocalTransport
+from orchestrator.run.agent import Agent
+from orchestrator.run.children import ChildBatch, Children
 from orchestrator.store import open_store
 
-__all__ = ["LocalRuntime"]
+__all__ = ["InProcessCluster", "LocalRuntime"]
+
+
+class InProcessCluster:
+    """The cluster of the one in-process host: nothing outside it (every sub-agent runs on it too)."""
+
+    codec = None
+    """Agents never arrive as bytes: the runtime hands the host its objects."""
+
+    def __init__(self, name: str, options: HostOptions) -> None:
+        self.name = name
+
+    def node(self) -> str | None:
+        """Not on a cluster."""
+        return None
+
+    def children(self, sub: SubAgents, agent_key: str) -> Children:
+        """Sub-agents run on this same host."""
+        return HostChildren(sub, agent_key)
+
+    def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> None:
+        """Never called: every parent is on this host, and gets its batches directly."""
+        raise AssertionError(f"an in-process host has no other host ({parent_host!r}) to deliver to")
+
+    async def report(self, entries: dict[str, str], version: tuple[float, int]) -> None:
+        """No supervisor to tell."""
+
+    def release(self, session_id: str) -> None:
+        """No dedicated placement in process."""
 
 
 class LocalRuntime(BaseRuntime):
@@ -39,13 +76,20 @@ class LocalRuntime(BaseRuntime):
         self.options = options
         self.host: SessionHost | None = None
         self.store = open_store(store)
+        self._serial = itertools.count(1)
+
+    def _agent_key(self, agent: Agent) -> str:
+        return f"{agent.name}@local-{next(self._serial)}"
+
+    async def _register_agent(self, key: str, agent: Agent) -> None:
+        assert self.host is not None, "start the runtime first (async with LocalRuntime() as rt)"
+        self.host.registry.put(key, agent)
 
     async def start(self) -> None:
         """Create the in-process host."""
         if self.host is None:
-            self.host = SessionHost("local", self.options)
-            self.host.store = self.store
-            self.host.registry.store = self.store
+            self.host = SessionHost("local", self.options, InProcessCluster, store=self.store)
+            self._registered.clear()  # a new host knows no agent yet
             self.transport = LocalTransport(self.host)
 
     async def close(self) -> None:

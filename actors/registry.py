@@ -1,31 +1,43 @@
 """Agent definitions, shared by every host through the store.
 
-An ``Agent`` holds code (tools, models, resolvers), so it travels as a cloudpickle blob. A
+On Ray an ``Agent`` holds code (tools, models, resolvers), so it travels as a pickled blob: a
 client registers it once under ``<name>@<content hash>``; hosts load it by that key and cache
-it. A restarted host finds every agent it needs in the store, with no client around.
+it, and a restarted host finds every agent it needs in the store, with no client around. The
+pickler is the runtime's (``AgentCodec``): the Ray runtime's is Ray's own cloudpickle, so what
+``ray.cloudpickle.register_pickle_by_value`` says holds for agents too. The in-process runtime
+has none: its host runs the very agents its client was given (``put``), nothing is pickled.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
-
-from ray import cloudpickle
+from typing import Protocol
 
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
 from orchestrator.store.base import EventStore
 
-__all__ = ["AgentRegistry", "agent_blob"]
+__all__ = ["AgentCodec", "AgentRegistry", "agent_blob"]
 
 _SESSION = "troupe:agents"
-_dumps: Any = cloudpickle.dumps  # untyped in Ray
 
 
-def agent_blob(agent: Agent) -> tuple[str, bytes]:
+class AgentCodec(Protocol):
+    """How agents become bytes and back (the Ray runtime's: cloudpickle)."""
+
+    def dumps(self, agent: Agent) -> bytes:
+        """The agent's bytes."""
+        ...
+
+    def loads(self, data: bytes) -> Agent:
+        """The agent ``dumps`` gave these bytes for."""
+        ...
+
+
+def agent_blob(agent: Agent, codec: AgentCodec) -> tuple[str, bytes]:
     """The registry key of ``agent`` and its bytes."""
     try:
-        data: bytes = _dumps(agent)
+        data = codec.dumps(agent)
     except Exception as error:
         raise UsageError(
             f"agent {agent.name!r} cannot be sent to Ray actors ({error}); define its tools, models and "
@@ -35,31 +47,42 @@ def agent_blob(agent: Agent) -> tuple[str, bytes]:
 
 
 class AgentRegistry:
-    """Agents by key, loaded from the store on first use and cached."""
+    """Agents by key, loaded from the store on first use and cached (``codec`` ``None``: in process only)."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, codec: AgentCodec | None) -> None:
         self.store = store
+        self.codec = codec
         self._cache: dict[str, Agent] = {}
 
     async def register(self, key: str, data: bytes) -> None:
         """Store an agent's bytes under ``key`` (idempotent)."""
         if key in self._cache:
             return
+        codec = self._need_codec(key)
         await self.store.save_snapshot(_SESSION, key, 0, data)
-        self._cache[key] = cloudpickle.loads(data)
+        self._cache[key] = codec.loads(data)
 
     def put(self, key: str, agent: Agent) -> None:
         """Cache an agent this process already has."""
         self._cache[key] = agent
+
+    def has(self, key: str) -> bool:
+        """Whether ``key`` is cached here (no store read)."""
+        return key in self._cache
 
     async def get(self, key: str) -> Agent:
         """The agent registered under ``key``."""
         agent = self._cache.get(key)
         if agent is not None:
             return agent
-        snapshot = await self.store.load_snapshot(_SESSION, key)
+        snapshot = None if self.codec is None else await self.store.load_snapshot(_SESSION, key)
         if snapshot is None:
             raise UsageError(f"no agent is registered as {key!r}; open the session with rt.session(id, agent=...)")
-        loaded: Agent = cloudpickle.loads(snapshot.data)
+        loaded = self._need_codec(key).loads(snapshot.data)
         self._cache[key] = loaded
         return loaded
+
+    def _need_codec(self, key: str) -> AgentCodec:
+        if self.codec is None:
+            raise UsageError(f"agent {key!r} arrived as bytes, but this host keeps agents in process only")
+        return self.codec

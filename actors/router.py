@@ -8,16 +8,19 @@ and the router caches what it said.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import ray
 
-from actors.options import ACTOR_ERRORS, SUPERVISOR_NAME
+from actors.errors import SessionMoved
+from actors.options import SUPERVISOR_NAME
+from actors.retry import HOST_READY, RetriesExhausted, Schedule, retry
 
-__all__ = ["Router", "rendezvous"]
+__all__ = ["Router", "rendezvous", "root_of"]
+
+T = TypeVar("T")
 
 
 def rendezvous(key: str, hosts: Sequence[str]) -> str:
@@ -53,6 +56,14 @@ class Router:
         if handle is None:
             handle = self._handles[name] = ray.get_actor(name, namespace=self.namespace)
         return handle
+
+    def drop(self, name: str) -> None:
+        """Forget host ``name``'s handle (it died): the next ``host(name)`` looks it up again."""
+        self._handles.pop(name, None)
+
+    def keep(self, name: str, handle: Any) -> None:
+        """Use ``handle`` for host ``name`` (one just created)."""
+        self._handles[name] = handle
 
     @property
     def supervisor(self) -> Any:
@@ -91,17 +102,43 @@ class Router:
         """
         self.supervisor.report.remote(host, entries, version)
 
-    async def wait_ready(self, name: str, *, attempts: int = 400, delay: float = 0.05) -> None:
+    async def on_host(self, session_id: str, call: Callable[[str], Awaitable[T]], schedule: Schedule) -> T:
+        """``call(host)`` on the host of ``session_id``, following it across restarts and moves.
+
+        A host that says the session moved (dedicated placement) is forgotten and the next
+        attempt asks where it is now, at once; a host that died is waited for (its restart),
+        then called again after the schedule's delay. Only for idempotent calls.
+
+        Raises:
+            RetriesExhausted: the schedule's attempts all failed.
+        """
+        target = ""
+
+        async def attempt() -> T:
+            nonlocal target
+            target = await self.place(session_id)
+            return await call(target)
+
+        async def recover(error: Exception) -> bool:
+            self.forget(session_id)
+            if isinstance(error, SessionMoved):
+                return False
+            await self.wait_ready(target)
+            return True
+
+        return await retry(attempt, schedule, recover=recover, also=(SessionMoved,))
+
+    async def wait_ready(self, name: str) -> None:
         """Wait until host ``name`` answers (it may be restarting, or being moved to a live node)."""
-        for attempt in range(attempts):
-            delay = min(0.05 * (1 + attempt // 20), 0.5)
-            try:
-                await self.host(name).ready.remote()
-                return
-            except ACTOR_ERRORS:
-                self._handles.pop(name, None)
-                await asyncio.sleep(delay)
-            except ValueError:  # not registered (yet)
-                self._handles.pop(name, None)
-                await asyncio.sleep(delay)
-        raise TimeoutError(f"host {name!r} did not come back")
+
+        async def ready() -> None:
+            await self.host(name).ready.remote()
+
+        async def recover(error: Exception) -> bool:
+            self.drop(name)  # or a ValueError: not registered (yet)
+            return True
+
+        try:
+            await retry(ready, HOST_READY, recover=recover, also=(ValueError,))
+        except RetriesExhausted:
+            raise TimeoutError(f"host {name!r} did not come back") from None

@@ -29,9 +29,11 @@ from actors.base import BaseRuntime
 from actors.client import Session
 from actors.host import HostOptions, SessionHost
 from actors.options import DEFAULT_NAMESPACE, SUPERVISOR_NAME, head_node, host_actor, host_name, supervisor_actor
+from actors.ray_cluster import RAY_PICKLE, RayCluster
+from actors.ray_transport import RayTransport
+from actors.registry import agent_blob
 from actors.router import Router
 from actors.supervisor import Supervisor
-from actors.transport import RayTransport
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
 from orchestrator.store import open_store
@@ -108,7 +110,16 @@ class Runtime(BaseRuntime):
         self._created: list[str] = []  # the names of the actors this runtime created
         self._held: list[Any] = []  # handles kept alive: a non-detached actor dies with its last handle
         self._options: HostOptions | None = None
-        self.transport = RayTransport(self.router, None)
+        self._blobs: dict[str, bytes] = {}
+        self.transport: RayTransport = RayTransport(self.router, None)
+
+    def _agent_key(self, agent: Agent) -> str:
+        key, data = agent_blob(agent, RAY_PICKLE)  # pickled once per agent object, checked at once
+        self._blobs[key] = data
+        return key
+
+    async def _register_agent(self, key: str, agent: Agent) -> None:
+        await self.transport.register_agent(key, self._blobs[key])
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -147,7 +158,7 @@ class Runtime(BaseRuntime):
         for name, node_id in names:
             existed = _exists(name, self.namespace)
             actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=node_id, detached=detached)
-            handle = actor.remote(name, self._options)
+            handle = actor.remote(name, self._options, RayCluster)
             if not existed:
                 self._created.append(name)
             handles.append(handle)

@@ -24,7 +24,9 @@ from typing import Any, cast
 import ray
 import structlog
 
+from actors.host import SessionHost
 from actors.options import ACTOR_ERRORS, host_actor
+from actors.ray_cluster import RayCluster
 from actors.router import Router
 
 __all__ = ["Supervisor"]
@@ -105,7 +107,7 @@ class Supervisor:
             except _ACTOR_ERRORS as error:
                 died = time.monotonic()
                 log.warning("host_died", host=name, error=type(error).__name__)
-                self.router._handles.pop(name, None)
+                self.router.drop(name)
                 try:
                     await self._revive(name)
                     recovered = await self.router.host(name).recover.remote()
@@ -134,14 +136,12 @@ class Supervisor:
             except ray.exceptions.ActorUnschedulableError:
                 await self._move(name)  # pinned to a node that is gone (Ray may not say so yet)
             except (*_ACTOR_ERRORS, ValueError, TimeoutError):  # type: ignore[misc]
-                self.router._handles.pop(name, None)
+                self.router.drop(name)
                 await asyncio.sleep(0.1)
         raise TimeoutError(f"host {name!r} did not come back")
 
     async def _move(self, name: str) -> None:
         """Re-create host ``name`` on a live node (same name and options), the least loaded first."""
-        from actors.host import SessionHost
-
         with contextlib.suppress(Exception):
             ray.kill(ray.get_actor(name, namespace=self.namespace), no_restart=True)
         lost = self._nodes.get(name)
@@ -162,7 +162,7 @@ class Supervisor:
                         detached=True,
                         get_if_exists=False,
                     )
-                    handle = actor.remote(name, self.host_options)
+                    handle = actor.remote(name, self.host_options, RayCluster)
                     break
                 except ValueError:  # the dead one still holds the name
                     with contextlib.suppress(Exception):
@@ -177,7 +177,7 @@ class Supervisor:
                     ray.kill(handle, no_restart=True)
                 continue
             self._nodes[name] = target
-            self.router._handles[name] = handle
+            self.router.keep(name, handle)
             log.info("host_moved", host=name, node=target)
             return
         raise TimeoutError(f"no live node could take host {name!r}")
@@ -275,13 +275,11 @@ class Supervisor:
             await self._start_host()
 
     async def _start_host(self) -> None:
-        from actors.host import SessionHost
-
         name = f"troupe-dedicated-{uuid.uuid4().hex[:12]}"
         actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=None, detached=False)
-        handle = actor.remote(name, self.host_options)
+        handle = actor.remote(name, self.host_options, RayCluster)
         await handle.ready.remote()  # a warm host has imported everything before it is needed
-        self.router._handles[name] = handle
+        self.router.keep(name, handle)
         self._pool.append(name)
         self.hosts.append(name)
         self._watch(name)

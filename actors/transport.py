@@ -1,24 +1,18 @@
-"""How a client reaches session hosts: over Ray (``RayTransport``) or in this process (``LocalTransport``).
+"""How a client reaches session hosts: over Ray (``actors.ray_transport``) or in this process (``LocalTransport``).
 
 The ``Session`` handle and the subscription pollers only speak to a transport, so the same client
 runs against a Ray cluster or against one in-process host (tests, scripts, an embedded server).
+A transport raises ``HostUnavailable`` for a host that does not answer, never a Ray error: the
+client names no Ray.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from actors.host import SessionMoved
-from actors.router import Router
+from actors.host import SessionHost
 
-if TYPE_CHECKING:
-    from actors.host import SessionHost
-
-__all__ = ["ACTOR_ERRORS", "LocalTransport", "RayTransport", "Transport"]
-
-from actors.options import ACTOR_ERRORS
+__all__ = ["LocalTransport", "Transport"]
 
 
 class Transport(Protocol):
@@ -46,7 +40,11 @@ class Transport(Protocol):
         full: bool,
         waits: dict[str, tuple[str, str]],
     ) -> Any:
-        """One long poll on ``host`` for ``poller`` (see ``SessionHost.poll``)."""
+        """One long poll on ``host`` for ``poller`` (see ``SessionHost.poll``).
+
+        Raises:
+            HostUnavailable: the host died or is restarting (wait for it, then register again).
+        """
         ...
 
     def wake(self, host: str, poller: str) -> None:
@@ -60,73 +58,6 @@ class Transport(Protocol):
     async def control_tree(self, session_id: str, action: str, when: str) -> None:
         """Pause / resume / stop a session's live descendants."""
         ...
-
-    async def register_agent(self, key: str, data: bytes) -> None:
-        """Make an agent definition available to every host."""
-        ...
-
-
-class RayTransport:
-    """Hosts are Ray actors; the supervisor handles trees."""
-
-    def __init__(self, router: Router, supervisor: Any) -> None:
-        self.router = router
-        self.supervisor = supervisor
-
-    async def call(self, session_id: str, method: str, *args: Any) -> Any:
-        """See ``Transport.call``."""
-        router = self.router
-        for attempt in range(200):
-            name = await router.place(session_id)
-            try:
-                return await getattr(router.host(name), method).remote(session_id, *args)
-            except SessionMoved:
-                router.forget(session_id)  # dedicated placement: the session has another host now
-            except ACTOR_ERRORS:
-                # The host died mid-call: wait for its restart and call again (calls are idempotent).
-                router.forget(session_id)
-                await router.wait_ready(name)
-                await asyncio.sleep(min(0.02 * attempt, 0.5))
-        raise TimeoutError(f"session {session_id}: its host did not come back")
-
-    def host_now(self, session_id: str) -> str | None:
-        """See ``Transport.host_now``."""
-        return self.router.place_now(session_id)
-
-    async def host_of(self, session_id: str) -> str:
-        """See ``Transport.host_of``."""
-        return await self.router.place(session_id)
-
-    async def poll(
-        self,
-        host: str,
-        poller: str,
-        changes: dict[str, int],
-        removed: list[str],
-        timeout: float,
-        full: bool,
-        waits: dict[str, tuple[str, str]],
-    ) -> Any:
-        """See ``Transport.poll``."""
-        return await self.router.host(host).poll.remote(poller, changes, removed, timeout, full, waits)
-
-    def wake(self, host: str, poller: str) -> None:
-        """See ``Transport.wake``."""
-        with contextlib.suppress(*ACTOR_ERRORS, ValueError):
-            self.router.host(host).wake_poll.remote(poller)
-
-    async def wait_ready(self, host: str) -> None:
-        """See ``Transport.wait_ready``."""
-        await self.router.wait_ready(host)
-
-    async def control_tree(self, session_id: str, action: str, when: str) -> None:
-        """See ``Transport.control_tree``."""
-        await self.supervisor.control_tree.remote(session_id, action, when)
-
-    async def register_agent(self, key: str, data: bytes) -> None:
-        """See ``Transport.register_agent``."""
-        name = await self.router.place("troupe:agents")
-        await self.router.host(name).register_agent.remote(key, data)
 
 
 class LocalTransport:
@@ -173,7 +104,3 @@ class LocalTransport:
         prefix = session_id + "/"
         for child in sorted(s for s in self.host.hosted if s.startswith(prefix)):
             await self.host.control(child, action, when)
-
-    async def register_agent(self, key: str, data: bytes) -> None:
-        """See ``Transport.register_agent``."""
-        await self.host.register_agent(key, data)

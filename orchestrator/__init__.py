@@ -1,7 +1,8 @@
 """Troupe: a durable, actor-model orchestrator for LLM agent sessions on Ray.
 
-``orchestrator`` is the pure core and the public API. It never imports Ray: ``Runtime`` (from
-``actors``) and ``tool`` / ``ToolContext`` (from ``tools``) are loaded on first use (PEP 562).
+``orchestrator`` is the public API over the layers below it (``core/``, ``run/``, ``models/``,
+``store/``; ``surfaces/`` sits on top). It never imports Ray: ``Runtime`` (from ``actors``), ``tool``
+/ ``ToolContext`` (from ``tools``) and the heavier modules are loaded on first use (PEP 562).
 """
 
 from __future__ import annotations
@@ -55,7 +56,9 @@ from orchestrator.core.wire import parse_action, parse_message, parse_part, pars
 if TYPE_CHECKING:
     from actors.local import LocalRuntime
     from actors.runtime import Runtime
+    from orchestrator.core.approvals import PendingApproval, pending_approvals
     from orchestrator.core.contract import Contract, Reducer
+    from orchestrator.core.turn import TurnOutcome
     from orchestrator.models.openai import OpenAIChatModel
     from orchestrator.models.scripted import ScriptedModel
     from orchestrator.run.agent import Agent
@@ -85,6 +88,7 @@ __all__ = [
     "OpenAIChatModel",
     "ParseError",
     "PartialDuplicateBatch",
+    "PendingApproval",
     "Reasoning",
     "ReasoningPart",
     "Reducer",
@@ -111,12 +115,14 @@ __all__ = [
     "ToolPhase",
     "ToolResult",
     "TroupeError",
+    "TurnOutcome",
     "UsageError",
     "open_store",
     "parse_action",
     "parse_message",
     "parse_part",
     "parse_state",
+    "pending_approvals",
     "resumable",
     "session_reducer",
     "tool",
@@ -129,11 +135,14 @@ _LAZY = {
     "Contract": "orchestrator.core.contract",
     "LocalRuntime": "actors.local",
     "OpenAIChatModel": "orchestrator.models.openai",
+    "PendingApproval": "orchestrator.core.approvals",
     "Reducer": "orchestrator.core.contract",
     "Runtime": "actors.runtime",
     "ScriptedModel": "orchestrator.models.scripted",
     "ToolContext": "tools",
+    "TurnOutcome": "orchestrator.core.turn",
     "open_store": "orchestrator.store",
+    "pending_approvals": "orchestrator.core.approvals",
     "tool": "tools",
 }
 

@@ -15,3 +15,6 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 settings.register_profile("troupe", deadline=None)
 settings.load_profile("troupe")
+
+# The throwaway PostgreSQL server (``pg_server``, ``pg_url``) for every tier that needs one.
+pytest_plugins = ["tests.pg"]

@@ -110,7 +110,8 @@ class Tool:
         if not isinstance(arguments, dict):
             raise ToolError(
                 f"Invalid arguments for {self.name}: expected a JSON object, got {arguments!r}. "
-                "Call it again with an object matching its schema."
+                "Call it again with an object matching its schema.",
+                "invalid_arguments",
             )
         try:
             return self.input_model.model_validate(arguments)
@@ -118,7 +119,8 @@ class Tool:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in error.errors()
             )
-            raise ToolError(f"Invalid arguments for {self.name}: {problems}. Fix them and call again.") from None
+            message = f"Invalid arguments for {self.name}: {problems}. Fix them and call again."
+            raise ToolError(message, "invalid_arguments") from None
 
     async def invoke(
         self,
@@ -156,7 +158,7 @@ class Tool:
             result = await (asyncio.wait_for(call, self.timeout) if self.timeout is not None else call)
         except TimeoutError:
             context.signal.cancel("timeout")
-            raise ToolError(f"{self.name} timed out after {self.timeout:g} s") from None
+            raise ToolError(f"{self.name} timed out after {self.timeout:g} s", "timeout") from None
         except ToolError:
             raise
         except asyncio.CancelledError:

@@ -1,136 +1,160 @@
-"""JSON value types, and a best-effort parse of a JSON text that is still arriving."""
+"""JSON value types, the one check of what is a JSON value, and a parse of JSON still arriving.
+
+``json_problem`` is the single answer to "is this JSON?" for the store (event payloads), the
+wire parsers (parts and actions from clients) and the config loader (settings, script items):
+each words the problem in its own error family, but all accept and refuse the same values.
+"""
 
 from __future__ import annotations
 
-import json
-from typing import TypeAlias, cast
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, Literal, TypeAlias, assert_never
 
 from pydantic import JsonValue
+from pydantic_core import from_json
 
-__all__ = ["JsonObject", "JsonValue", "partial_json"]
+__all__ = [
+    "MAX_INT",
+    "MAX_JSON_DEPTH",
+    "MIN_INT",
+    "JsonFault",
+    "JsonObject",
+    "JsonProblem",
+    "JsonValue",
+    "json_problem",
+    "partial_json",
+]
 
 JsonObject: TypeAlias = dict[str, JsonValue]
 
-_CLOSERS = {"{": "}", "[": "]"}
+MAX_JSON_DEPTH: Final = 256
+"""Deepest nesting accepted (msgpack refuses beyond 512; nested runs nest ~5 levels per sub-agent)."""
+MIN_INT: Final = -(2**63)
+"""The smallest integer msgpack encodes (int64)."""
+MAX_INT: Final = 2**64 - 1
+"""The largest integer msgpack encodes (uint64)."""
+
+JsonFault: TypeAlias = Literal["type", "key", "integer", "number", "depth"]
+"""What is wrong: not a JSON type, a non-string key, an integer msgpack cannot hold, a NaN or
+infinity, or nesting deeper than ``MAX_JSON_DEPTH``."""
+
+
+@dataclass(frozen=True, slots=True)
+class JsonProblem:
+    """The first spot in a value that is not JSON."""
+
+    path: str
+    """Where it is: the caller's root then ``.key`` and ``[index]`` steps (``payload.items[3].price``)."""
+    fault: JsonFault
+    """What kind of problem it is (callers that word their own message dispatch on it)."""
+    value: object
+    """The culprit: the bad value, the non-string key (``key``), or the too-deep value (``depth``)."""
+
+    @property
+    def what(self) -> str:
+        """The problem as a predicate of ``path``: ``is nan, which JSON cannot represent``."""
+        match self.fault:
+            case "type":
+                return f"is a {type(self.value).__name__}, which is not JSON"
+            case "key":
+                return f"has the non-string key {self.value!r}; JSON object keys are strings"
+            case "integer":
+                return f"is the integer {self.value}, outside the 64-bit range msgpack and the store keep"
+            case "number":
+                return f"is {self.value!r}, which JSON cannot represent"
+            case "depth":
+                return f"is nested more than {MAX_JSON_DEPTH} levels deep"
+            case _:
+                assert_never(self.fault)
+
+    @property
+    def message(self) -> str:
+        """``payload.items[3].price is nan, which JSON cannot represent``."""
+        return f"{self.path} {self.what}"
+
+
+def json_problem(value: object, path: str = "value") -> JsonProblem | None:
+    """The first part of ``value`` that is not a JSON value, or ``None`` when all of it is.
+
+    JSON here is what every layer can store, send and read back: ``None``, ``bool``, ``str``,
+    an ``int`` msgpack can encode (``MIN_INT`` to ``MAX_INT``), a finite ``float``, and lists
+    and mappings with ``str`` keys of those, at most ``MAX_JSON_DEPTH`` deep. A tuple counts as
+    a list: msgpack and ``json`` both write it as an array (and it reads back as a list).
+    Anything else (bytes, sets, dates, NaN, ``2**64``, a key ``1``) is refused.
+
+    Args:
+        value: What to check.
+        path: How the caller names ``value``; the problem's path starts with it.
+    """
+    found = _problem(value, 0)
+    if found is None:
+        return None
+    suffix, fault, culprit = found
+    return JsonProblem(path + suffix, fault, culprit)
+
+
+_Found: TypeAlias = tuple[str, JsonFault, object]
+
+
+def _problem(value: object, depth: int) -> _Found | None:
+    """``(path suffix, fault, culprit)`` for the first non-JSON spot in ``value``.
+
+    The hot path (stream events: many small dicts of strings) is the loop over leaves, so leaves
+    are checked inline and a path is built only on the way back from a failure.
+    """
+    if depth > MAX_JSON_DEPTH:
+        return "", "depth", value
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if type(key) is not str and not isinstance(key, str):
+                return "", "key", key
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            found = _leaf(item) if kind is int or kind is float else _problem(item, depth + 1)
+            if found is not None:
+                return f".{key}{found[0]}", found[1], found[2]
+        return None
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            found = _leaf(item) if kind is int or kind is float else _problem(item, depth + 1)
+            if found is not None:
+                return f"[{i}]{found[0]}", found[1], found[2]
+        return None
+    return _leaf(value)
+
+
+def _leaf(value: object) -> _Found | None:
+    if value is None or isinstance(value, str | bool):
+        return None
+    if isinstance(value, int):
+        return None if MIN_INT <= value <= MAX_INT else ("", "integer", value)
+    if isinstance(value, float):
+        return None if math.isfinite(value) else ("", "number", value)
+    return "", "type", value
 
 
 def partial_json(text: str) -> JsonValue:
-    """Parse the longest sensible prefix of an incomplete JSON text.
+    r"""Parse the longest sensible prefix of an incomplete JSON text.
 
     Tool arguments stream as JSON text a few characters at a time; a UI wants to show the draft
-    (``{"command": "ls -l`` shows as ``{"command": "ls -l"}``). This closes an open string, drops
-    a dangling key, a trailing comma or a partial literal, and closes open arrays and objects.
-    It is a display draft, never validated input. Returns ``None`` when nothing parses.
+    (``{"command": "ls -l`` shows as ``{"command": "ls -l"}``). An open string shows what has
+    arrived of it, and a dangling key, a trailing comma, a partial number or literal, or a cut
+    escape is dropped; open arrays and objects are closed. It is a display draft, never
+    validated input. Returns ``None`` when nothing parses.
+
+    pydantic_core's partial mode does the parsing: over a 311-character argument cut at every
+    position it took ~1.5 us a prefix against ~60 us for the hand-written closer it replaced
+    (this runs on every delta of a streaming call), and it keeps an escape cut just after it
+    (``\"``, ``\n``) and the start of a string cut inside a ``\u`` escape, which that one dropped.
     """
-    text = text.lstrip()
-    if not text.strip():
-        return None
     try:
-        value: JsonValue = json.loads(text)
-        return value
+        value: JsonValue = from_json(text, allow_partial="trailing-strings")
     except ValueError:
-        pass
-    stack: list[str] = []
-    in_string = False
-    escaped = False
-    # Positions where cutting the text leaves something that can be completed by closers.
-    last_safe = 0
-    safe_stack: list[str] = []
-    safe_in_string = False
-    for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-                last_safe, safe_stack, safe_in_string = i + 1, list(stack), False
-            else:
-                last_safe, safe_stack, safe_in_string = i + 1, list(stack), True
-            continue
-        if ch == '"':
-            in_string = True
-            last_safe, safe_stack, safe_in_string = i + 1, list(stack), True
-        elif ch in _CLOSERS:
-            stack.append(_CLOSERS[ch])
-            last_safe, safe_stack, safe_in_string = i + 1, list(stack), False
-        elif ch in "}]":
-            if stack:
-                stack.pop()
-            last_safe, safe_stack, safe_in_string = i + 1, list(stack), False
-        elif ch not in " \t\r\n,:":
-            last_safe, safe_stack, safe_in_string = i + 1, list(stack), False
-    for cut, closers, open_string in ((last_safe, safe_stack, safe_in_string), (len(text), stack, in_string)):
-        candidate = _complete(text[:cut], closers, open_string)
-        if candidate is not _FAIL:
-            return cast(JsonValue, candidate)
-    return None
-
-
-_FAIL = object()
-
-
-def _complete(prefix: str, closers: list[str], open_string: bool) -> JsonValue | object:
-    body = prefix
-    if open_string:
-        if body.endswith("\\"):
-            body = body[:-1]
-        body += '"'
-    # Try progressively shorter bodies: a dangling key (`{"a"`), a partial literal (`tru`),
-    # or a trailing separator all fail to parse and are trimmed back to the last value.
-    for _ in range(64):
-        attempt = body.rstrip().rstrip(",")
-        try:
-            value: JsonValue = json.loads(attempt + "".join(reversed(closers)))
-            return value
-        except ValueError:
-            pass
-        trimmed = _trim_last_token(attempt)
-        if trimmed is None:
-            return _FAIL
-        body, closers = trimmed, _recount(trimmed)
-    return _FAIL
-
-
-def _trim_last_token(text: str) -> str | None:
-    """Drop the last token (a key, a literal, a `key:` pair start) of a JSON prefix."""
-    text = text.rstrip()
-    if not text or text[-1] in "{[":
         return None
-    if text.endswith(":"):
-        text = text[:-1].rstrip()
-    if text.endswith('"'):
-        # Cut back to the opening quote of this string.
-        i = len(text) - 2
-        while i >= 0:
-            if text[i] == '"' and (i == 0 or text[i - 1] != "\\"):
-                break
-            i -= 1
-        return text[:i] if i >= 0 else None
-    i = len(text) - 1
-    while i >= 0 and text[i] not in ",:{[":
-        i -= 1
-    if i < 0:
-        return None
-    return text[: i + 1] if text[i] in "{[" else text[:i]
-
-
-def _recount(text: str) -> list[str]:
-    stack: list[str] = []
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in _CLOSERS:
-            stack.append(_CLOSERS[ch])
-        elif ch in "}]" and stack:
-            stack.pop()
-    return stack
+    return value

@@ -7,7 +7,7 @@ TroupeError
 │   └── ConfigError         an agent or runtime config that cannot load (names file and key)
 ├── RunError                a turn could not finish
 │   ├── ModelError          a model adapter failed (carries a SessionError code)
-│   └── ToolError           a tool failed, timed out, or was given bad arguments
+│   └── ToolError           a tool failed, timed out, or was given bad arguments (a ``code`` says which)
 └── StoreError              the event store refused or failed
     ├── ConcurrencyConflict     the log moved past the index the writer expected
     └── PartialDuplicateBatch   an event id was reused with other content, type or session
@@ -76,7 +76,17 @@ class ModelError(RunError):
 
 
 class ToolError(RunError):
-    """A tool failed, timed out, or was called with arguments that do not validate."""
+    """A tool failed, timed out, or was called with arguments that do not validate.
+
+    ``code`` says which, for code that acts on it (the run loop puts it on the call's
+    ``tool-error``): ``"timeout"`` (the tool ran past its ``timeout``), ``"invalid_arguments"``
+    (the call never reached the function), or ``None`` (the tool's own failure). Read the code,
+    never the message: the message is for the model and may say anything.
+    """
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message, code)
+        self.code = code
 
 
 class StoreError(TroupeError):

@@ -7,20 +7,61 @@ smoothly; but with hundreds of steps streaming in one process, writes at that pa
 more than the streams themselves. So the sessions of a process share a budget: with ``n`` steps
 streaming and a budget of ``b`` writes per second, each step writes at most every ``n / b``
 seconds. A step's first text still goes out after ``flush_interval``.
+
+The steps' flush timers run on the pacer's ``Clock``: the running event loop's by default, a fake
+one in tests, so that a test counts the writes a pace makes exactly rather than by real time.
 """
 
 from __future__ import annotations
 
-__all__ = ["StreamPacer"]
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = ["Clock", "LoopClock", "StreamPacer", "Timer"]
+
+
+class Timer(Protocol):
+    """A callback scheduled on a ``Clock`` (``asyncio.TimerHandle`` is one)."""
+
+    def cancel(self) -> None:
+        """Do not call it (a no-op once it ran)."""
+        ...
+
+
+class Clock(Protocol):
+    """The time stream timers are scheduled in."""
+
+    def now(self) -> float:
+        """Seconds on this clock's own scale (only differences mean anything)."""
+        ...
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> Timer:
+        """Call ``fn`` (from the event loop) once ``delay`` seconds have passed on this clock."""
+        ...
+
+
+class LoopClock:
+    """The running event loop's clock: the one every process uses outside tests."""
+
+    def now(self) -> float:
+        """The loop's monotonic time."""
+        return asyncio.get_running_loop().time()
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> asyncio.TimerHandle:
+        """``loop.call_later`` on the running loop."""
+        return asyncio.get_running_loop().call_later(delay, fn)
 
 
 class StreamPacer:
-    """The stream-write budget of one process (a session host)."""
+    """The stream-write budget of one process (a session host), and the clock its steps' timers use."""
 
-    def __init__(self, budget: float = 1000.0) -> None:
+    def __init__(self, budget: float = 1000.0, *, clock: Clock | None = None) -> None:
         if budget <= 0:
             raise ValueError(f"the stream write budget must be positive (writes per second), not {budget}")
         self.budget = budget
+        self.clock: Clock = clock if clock is not None else LoopClock()
+        """Where the flush timers of the steps sharing this budget run."""
         self.streaming = 0
         """Steps streaming now."""
 

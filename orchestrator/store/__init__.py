@@ -8,8 +8,8 @@ await store.close()
 ```
 
 Built-in URL schemes: ``memory://`` (fresh, in-process), ``memory://NAME`` (shared within the
-process by name) and ``sqlite:///path.db``. ``register_backend(scheme, factory)`` adds one (the
-seam for ``postgresql://``).
+process by name), ``sqlite:///path.db``, and ``postgresql://user@host:port/db`` (or
+``postgres://``; needs the ``postgres`` extra). ``register_backend(scheme, factory)`` adds one.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable
 
 from orchestrator.core.errors import UsageError
+from orchestrator.store._urls import describe_url
 from orchestrator.store.base import AppendBatch, AppendResult, EventStore, SessionSummary, Snapshot
 from orchestrator.store.memory import MemoryStore, open_memory_store
 from orchestrator.store.sqlite import SqliteStore
@@ -31,6 +32,7 @@ __all__ = [
     "SessionSummary",
     "Snapshot",
     "SqliteStore",
+    "describe_url",
     "open_store",
     "register_backend",
 ]
@@ -42,6 +44,8 @@ _SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
 _EXAMPLES = {
     "memory": "memory:// or memory://NAME",
     "sqlite": "sqlite:///relative/path.db or sqlite:////absolute/path.db",
+    "postgresql": "postgresql://user@host:port/db (or postgres://)",
+    "postgres": "postgres://user@host:port/db",
 }
 
 
@@ -68,7 +72,26 @@ def _open_sqlite(url: str) -> EventStore:
     return SqliteStore(path, url=url, writer=options.get("writer", "thread"))
 
 
-_backends: dict[str, StoreFactory] = {"memory": open_memory_store, "sqlite": _open_sqlite}
+def _open_postgres(url: str) -> EventStore:
+    # Imported here, not at the top: psycopg is an optional extra (``raytroupe[postgres]``) and
+    # costs ~150 ms to import, which every ``open_store`` of another scheme would pay. The
+    # import stays inside the store layer, where import-linter still sees it.
+    try:
+        from orchestrator.store.postgres import PostgresStore
+    except ImportError as missing:
+        raise UsageError(
+            f"a {url.partition(':')[0]}:// store needs {missing.name}, which is not installed: "
+            "pip install 'raytroupe[postgres]'"
+        ) from None
+    return PostgresStore(url)
+
+
+_backends: dict[str, StoreFactory] = {
+    "memory": open_memory_store,
+    "sqlite": _open_sqlite,
+    "postgresql": _open_postgres,
+    "postgres": _open_postgres,
+}
 _lock = threading.Lock()
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from orchestrator.core._json import json_problem
 from orchestrator.core.errors import PartialDuplicateBatch, StoreError, UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.wire import pack
@@ -37,10 +38,6 @@ MAX_ID_LENGTH: Final = 1024
 Generous for nested sub-agent ids (``parent/call/call…``); a longer one is almost surely a bug
 (a whole message used as an id), and ids are stored in indexes.
 """
-MAX_DEPTH: Final = 256
-"""Deepest payload nesting accepted (msgpack refuses beyond 512; nested runs nest ~5 per level)."""
-_MIN_INT: Final = -(2**63)
-_MAX_INT: Final = 2**64 - 1
 _JSON_KINDS: Final = "dict, list, str, int, float, bool or None"
 
 
@@ -163,57 +160,13 @@ def _prepare_event(event: object, position: int, trusted: bool = False) -> Prepa
     payload: object = event.payload
     if not isinstance(payload, Mapping):
         raise UsageError(f"event {event_id!r}: payload must be a JSON object (a dict), got {type(payload).__name__}")
-    problem = None if trusted else _json_problem(payload, 0)
+    problem = None if trusted else json_problem(payload, "payload")
     if problem is not None:
-        path, what = problem
         raise UsageError(
-            f"event {event_id!r}: payload{path} {what}; payloads must be JSON ({_JSON_KINDS}): "
+            f"event {event_id!r}: {problem.message}; payloads must be JSON ({_JSON_KINDS}): "
             "convert it (e.g. with orchestrator.core.wire.part_to_wire) before appending"
         )
     return PreparedEvent(event_id, event_type, float(at), pack(payload))
-
-
-def _json_problem(value: object, depth: int) -> tuple[str, str] | None:
-    """The first non-JSON spot in ``value``: (its path, what is wrong), or ``None``.
-
-    The hot path (many small dicts of strings, in stream events) is the loop over leaves, so
-    leaves are checked inline and the path is only built on the way back from a failure.
-    """
-    if depth > MAX_DEPTH:
-        return "", f"is nested more than {MAX_DEPTH} levels deep"
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if type(key) is not str:
-                return f"[{key!r}]", "has a non-string key; JSON object keys are strings"
-            kind = type(item)
-            if kind is str or kind is bool or item is None:
-                continue
-            problem = _leaf_problem(item) if kind is int or kind is float else _json_problem(item, depth + 1)
-            if problem is not None:
-                return f".{key}{problem[0]}", problem[1]
-        return None
-    if isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            kind = type(item)
-            if kind is str or kind is bool or item is None:
-                continue
-            problem = _leaf_problem(item) if kind is int or kind is float else _json_problem(item, depth + 1)
-            if problem is not None:
-                return f"[{i}]{problem[0]}", problem[1]
-        return None
-    return _leaf_problem(value)
-
-
-def _leaf_problem(value: object) -> tuple[str, str] | None:
-    if value is None or isinstance(value, str | bool):
-        return None
-    if isinstance(value, int):
-        if _MIN_INT <= value <= _MAX_INT:
-            return None
-        return "", f"is the integer {value}, outside the 64-bit range the store keeps"
-    if isinstance(value, float):
-        return None if math.isfinite(value) else ("", f"is {value}, which JSON cannot represent")
-    return "", f"is a {type(value).__name__}, which is not JSON"
 
 
 def prepare_all(batches: object) -> list[PreparedBatch | StoreError]:

@@ -17,18 +17,26 @@ below, and ``tests/contract`` checks each of them against each backend:
 
 Snapshots are a cache keyed by (session, reducer name): the store keeps their bytes and never
 interprets them; any of them may be deleted and rebuilt from the log.
+
+**Optional: following a log.** A backend that can push new events (PostgreSQL, by
+``LISTEN``/``NOTIFY``) also has ``follow(session_id, after)``, an async iterator of the
+session's events with ``index > after`` and then of each new one as it commits, forever, in
+index order with no gaps (a missed notification costs a read, never an event). It is not part
+of ``EventStore``: check with ``isinstance(store, Followable)``, and poll ``read(session_id,
+after=last)`` when a store does not have it (memory, SQLite: another process's writes send no
+signal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from orchestrator.core.errors import StoreError
 from orchestrator.core.events import AppendResult, Event
 
-__all__ = ["AppendBatch", "AppendResult", "EventStore", "SessionSummary", "Snapshot"]
+__all__ = ["AppendBatch", "AppendResult", "EventStore", "Followable", "SessionSummary", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,4 +148,17 @@ class EventStore(Protocol):
 
     async def close(self) -> None:
         """Finish pending writes and release resources. Calling it again does nothing."""
+        ...
+
+
+@runtime_checkable
+class Followable(Protocol):
+    """The optional half of a store that pushes new events (see the module docstring)."""
+
+    def follow(self, session_id: str, after: int = 0) -> AsyncGenerator[Event, None]:
+        """The session's events with ``index > after``, then each new one as it commits (forever).
+
+        Raises:
+            StoreError: the store is closed (ends the iteration), or cannot be read.
+        """
         ...

@@ -1,9 +1,9 @@
 """Every contract test runs against every store backend (the way eventsourcing runs one suite).
 
-``store_url`` names a fresh store per test: a uniquely named ``memory://`` store, and a SQLite
-file in the test's temporary directory. Reopening the same URL gives the same data for both
-(the memory store keeps a name's data for the life of the process), so durability tests are
-backend-neutral too.
+``store_url`` names a fresh store per test: a uniquely named ``memory://`` store, a SQLite file
+in the test's temporary directory, and a fresh PostgreSQL database (``tests/pg.py``). Reopening
+the same URL gives the same data for each (the memory store keeps a name's data for the life of
+the process), so durability tests are backend-neutral too.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from orchestrator.store import EventStore, SqliteStore, open_store
 _names = itertools.count()
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlite-inline"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite-inline", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":  # a fresh database on the session's server (tests/pg.py)
+        url: str = request.getfixturevalue("pg_url")
+        return url
     if request.param == "memory":
         return f"memory://contract-{next(_names)}"
     if request.param == "sqlite-inline":  # group commit on the loop thread (what hosts use)

@@ -643,8 +643,8 @@ async def test_sqlite_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     ("url", "phrases"),
     [
         (
-            "postgresql://db/troupe",
-            ["unknown store scheme 'postgresql'", "memory://", "sqlite:///", "register_backend"],
+            "mysql://db/troupe",
+            ["unknown store scheme 'mysql'", "memory://", "sqlite:///", "postgresql://", "register_backend"],
         ),
         ("troupe.db", ["no scheme", "sqlite:///relative/path.db"]),
         ("sqlite://host/x.db", ["names a host", "sqlite:////absolute"]),

@@ -8,8 +8,8 @@ import gc
 import psutil
 import pytest
 
-from actors.host import FINISHED_CHILD_LINGER
 from actors.runtime import Runtime
+from actors.subagents import FINISHED_CHILD_LINGER
 from orchestrator.core.parts import ToolPart
 from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel, eventually

@@ -528,6 +528,19 @@ def test_bad_scripted_steps_name_the_item(tmp_path: Path) -> None:
     )
 
 
+def test_settings_must_be_json_that_every_layer_keeps(tmp_path: Path) -> None:
+    def settings_error(settings: str) -> str:
+        return error(tmp_path, f"agents: {{shop: {{model: {{scripted: [[{{text: Hi}}]]}}, settings: {settings}}}}}")
+
+    assert "float nan is not a JSON number at agents.shop.settings.temperature" in settings_error("{temperature: .nan}")
+    assert "float inf is not a JSON number at agents.shop.settings.x[1]" in settings_error("{x: [1, .inf]}")
+    assert f"the integer {2**64} does not fit in 64 bits at agents.shop.settings.seed" in settings_error(
+        f"{{seed: {2**64}}}"
+    )
+    assert "key 1 is not text (JSON keys are strings) at agents.shop.settings.bias" in settings_error("{bias: {1: 5}}")
+    assert "line 1" in settings_error("{temperature: .nan}")
+
+
 def test_sub_agent_cycle(tmp_path: Path) -> None:
     message = error(
         tmp_path,

@@ -8,7 +8,7 @@ import pytest
 
 from actors.local import LocalRuntime
 from orchestrator.run.agent import Agent
-from orchestrator.testing import ScriptedModel
+from orchestrator.testing import ScriptedModel, eventually
 from tools import ToolContext, builtin
 
 TIMEOUT = 10
@@ -23,14 +23,13 @@ async def test_sessions_that_leave_memory_on_their_own_leave_nothing_behind() ->
         assert all(r.success for r in await asyncio.wait_for(asyncio.gather(*(t.finished for t in turns)), TIMEOUT))
         host = rt.host
         assert host is not None
-        for _ in range(200):  # each leaves after 50 ms of quiet
-            if not host.hosted:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.05)
-        assert not host.hosted
-        assert not host._tasks  # each finished deactivation was let go
-        assert not host._turn_watches
+
+        def left() -> bool:  # each leaves after 50 ms of quiet, and its finished deactivation is let go
+            held = host.held()
+            return held["active"] == 0 and held["deactivating"] == 0
+
+        await eventually(left, TIMEOUT, what="every session left memory")
+        assert host.held()["turn_watches"] == 0
     finally:
         await rt.close()
 
@@ -52,11 +51,8 @@ async def test_a_client_that_stops_following_lets_the_host_drop_the_sessions_at_
     for session in sessions:
         assert (await asyncio.wait_for((await session.prompt("hi")).finished, TIMEOUT)).success
     host = rt.host
-    assert host is not None and len(host.hub._channels) == 10
+    assert host is not None and host.held()["followed"] == 10
     for view in views:
         await view.close()
-    for _ in range(20):  # well before the 5 s a waiting poll would take to come back by itself
-        if not host.hub._channels:
-            break
-        await asyncio.sleep(0.05)
-    assert not host.hub._channels
+    # Well before the 5 s a waiting poll would take to come back by itself.
+    await eventually(lambda: host.hub.stats()["followed"] == 0, 1.0, what="the host dropped every session")

@@ -265,11 +265,13 @@ async def test_push_app_events(client: httpx.AsyncClient) -> None:
 
     builtin = await client.post(f"/api/sessions/{sid}/events", json={"events": [{"type": "ai.input", "payload": {}}]})
     assert builtin.status_code == 400 and error_of(builtin)["field"] == "events[0].type"
+    assert "'ai.input' is a built-in Troupe event type;" in error_of(builtin)["message"]
     reserved = await client.post(
         f"/api/sessions/{sid}/events",
         json={"events": [{"type": "note.added", "payload": {"text": "x"}, "id": "troupe:mine"}]},
     )
     assert reserved.status_code == 400 and error_of(reserved)["field"] == "events[0].id"
+    assert "ids starting with 'troupe:' are Troupe's own" in error_of(reserved)["message"]
     refused = await client.post(
         f"/api/sessions/{sid}/events", json={"events": [{"type": "secret.set", "payload": {"value": "x"}}]}
     )

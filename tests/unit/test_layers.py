@@ -57,3 +57,7 @@ def test_no_module_below_actors_loads_ray(package: str) -> None:
 
 def test_import_orchestrator_loads_no_ray() -> None:
     assert _loads("orchestrator") == []
+
+
+def test_import_actors_local_loads_no_ray() -> None:
+    assert _loads("actors.local") == []

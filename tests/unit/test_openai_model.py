@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import pickle
 import time
 from collections.abc import AsyncIterator
+from typing import Final
 
 import pytest
+import structlog
 
 from orchestrator.core.errors import ConfigError, ModelError
 from orchestrator.core.parts import AgentMessage, DataPart, ReasoningPart, TextPart, ToolPart
 from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
-from orchestrator.models.openai import OpenAIChatModel
+from orchestrator.models.openai import DEFAULT_RETRIES, NO_RETRIES, OpenAIChatModel, RetrySchedule
+from orchestrator.models.openai_errors import retry_after
+from orchestrator.testing import eventually
 from orchestrator.testing_openai import (
     ErrorReply,
     FakeOpenAIServer,
@@ -31,10 +36,19 @@ from orchestrator.testing_openai import (
 HELLO = ModelRequest(messages=[AgentMessage("u1", "user", (TextPart("u1:0", "hi"),))])
 
 
+FAST: Final = RetrySchedule((0.0, 0.0, 0.0))
+"""The default schedule's three retries, without the waiting."""
+
+
 @contextlib.asynccontextmanager
-async def served(*replies: Reply) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIChatModel]]:
+async def served(
+    *replies: Reply, retries: RetrySchedule = NO_RETRIES
+) -> AsyncIterator[tuple[FakeOpenAIServer, OpenAIChatModel]]:
+    """A model talking to a fake server; it does not retry unless ``retries`` says so."""
     with FakeOpenAIServer(replies) as server:
-        async with OpenAIChatModel("fake-model", base_url=server.base_url, api_key="test", timeout=5.0) as model:
+        async with OpenAIChatModel(
+            "fake-model", base_url=server.base_url, api_key="test", timeout=5.0, retries=retries
+        ) as model:
             yield server, model
 
 
@@ -309,7 +323,7 @@ async def test_an_unreachable_server_is_network() -> None:
     with FakeOpenAIServer() as server:
         base_url = server.base_url
     # The server is gone: its port now refuses connections.
-    async with OpenAIChatModel("fake-model", base_url=base_url, api_key="test", timeout=2.0) as model:
+    async with OpenAIChatModel("fake-model", base_url=base_url, api_key="test", timeout=2.0, retries=FAST) as model:
         with pytest.raises(ModelError) as caught:
             await collect(model)
 
@@ -335,6 +349,136 @@ async def test_a_stream_that_ends_without_a_finish_reason_is_network() -> None:
             await collect(model)
 
     assert caught.value.code == "network"
+
+
+# --- retries ------------------------------------------------------------------------------------
+
+RATE_LIMITED = ErrorReply(429, "Rate limit reached for requests", "requests", "rate_limit_exceeded")
+
+
+async def test_a_rate_limit_before_the_stream_is_retried_until_it_streams() -> None:
+    async with served(RATE_LIMITED, RATE_LIMITED, StreamReply(text_stream("ok")), retries=FAST) as (server, model):
+        parts = await collect(model)
+
+    assert parts[:1] == [TextDelta("ok")] and isinstance(parts[-1], StepFinish)
+    assert [r.outcome for r in server.requests] == ["error", "error", "completed"]
+    assert server.requests[0].body == server.requests[2].body  # the same request, sent again
+
+
+async def test_a_server_that_always_rate_limits_fails_rate_limited_after_the_schedule() -> None:
+    async with served(*[RATE_LIMITED] * 4, retries=FAST) as (server, model):
+        with pytest.raises(ModelError) as caught:
+            await collect(model)
+
+    assert caught.value.code == "rate_limited"
+    assert "429" in caught.value.message and "Rate limit reached for requests" in caught.value.message
+    assert len(server.requests) == 1 + len(FAST.delays)
+
+
+async def test_a_5xx_and_a_connection_dropped_before_any_part_are_retried() -> None:
+    replies = (
+        ErrorReply(503, "Overloaded", "server_error"),
+        StreamReply(text_stream("a", "b"), drop_after=0),  # hangs up before the first chunk
+        StreamReply(text_stream("a", "b")),
+    )
+    async with served(*replies, retries=FAST) as (server, model):
+        parts = await collect(model)
+
+    assert parts[:2] == [TextDelta("a"), TextDelta("b")]
+    assert [r.outcome for r in server.requests] == ["error", "dropped", "completed"]
+
+
+async def test_an_unreachable_server_fails_network_after_the_schedule() -> None:
+    with FakeOpenAIServer() as server:
+        base_url = server.base_url
+    with structlog.testing.capture_logs() as logs:
+        async with OpenAIChatModel("fake-model", base_url=base_url, api_key="t", timeout=2.0, retries=FAST) as model:
+            with pytest.raises(ModelError) as caught:
+                await collect(model)
+
+    assert caught.value.code == "network"
+    assert [(e["event"], e["retry"], e["code"]) for e in logs] == [("model_retry", n, "network") for n in (1, 2, 3)]
+
+
+async def test_nothing_is_retried_after_a_part_was_yielded() -> None:
+    parts: list[AgentStreamPart] = []
+    async with served(StreamReply(text_stream("a", "b", "c"), drop_after=2), retries=FAST) as (server, model):
+        with pytest.raises(ModelError) as caught:
+            await collect(model, into=parts)
+
+    assert caught.value.code == "network"
+    assert parts == [TextDelta("a"), TextDelta("b")]
+    assert len(server.requests) == 1
+
+
+async def test_a_bad_request_is_never_retried() -> None:
+    async with served(ErrorReply(400, "Unknown parameter: 'foo'."), retries=FAST) as (server, model):
+        with pytest.raises(ModelError) as caught:
+            await collect(model)
+
+    assert caught.value.code == "bad_request"
+    assert len(server.requests) == 1
+
+
+async def test_retry_after_is_honoured_up_to_its_cap() -> None:
+    asks = ErrorReply(429, "slow down", headers={"retry-after": "0.3"})
+    schedule = RetrySchedule((0.0,), max_retry_after=5.0)
+    async with served(asks, StreamReply(text_stream("ok")), retries=schedule) as (_, model):
+        started = time.monotonic()
+        await collect(model)
+        waited = time.monotonic() - started
+    assert waited >= 0.3
+
+    too_long = ErrorReply(429, "slow down", headers={"retry-after": "600"})
+    capped = RetrySchedule((0.0,), max_retry_after=0.0)
+    async with served(too_long, StreamReply(text_stream("ok")), retries=capped) as (server, model):
+        await collect(model)  # within collect's 2 s: the 600 s were capped
+    assert len(server.requests) == 2
+
+
+async def test_a_signal_fired_during_the_backoff_ends_the_step_quietly() -> None:
+    signal = CancelSignal()
+    parts: list[AgentStreamPart] = []
+    async with served(RATE_LIMITED, retries=RetrySchedule((30.0,))) as (server, model):
+        task = asyncio.create_task(collect(model, signal=signal, into=parts))
+        await eventually(lambda: server.requests and server.requests[0].ended.is_set(), 2.0)
+        signal.cancel()
+        await asyncio.wait_for(task, 2.0)
+
+    assert parts == []
+    assert len(server.requests) == 1
+
+
+def test_the_default_schedule_and_its_delays() -> None:
+    assert DEFAULT_RETRIES.delays == (0.5, 1.0, 2.0)
+    assert [DEFAULT_RETRIES.delay(n, None, lambda: 0.0) for n in range(4)] == [0.5, 1.0, 2.0, None]
+    assert DEFAULT_RETRIES.delay(0, None, lambda: 1.0) == 0.5 * 0.75  # jitter shortens, never lengthens
+    assert DEFAULT_RETRIES.delay(1, 3.0) == 3.0  # a Retry-After replaces the delay ...
+    assert DEFAULT_RETRIES.delay(1, 90.0) == DEFAULT_RETRIES.max_retry_after  # ... up to the cap
+    assert DEFAULT_RETRIES.delay(2, -1.0) == 0.0
+    assert DEFAULT_RETRIES.delay(3, 1.0) is None  # a Retry-After does not add retries
+    assert NO_RETRIES.delay(0, None) is None
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({}, None),
+        ({"retry-after": "2"}, 2.0),
+        ({"retry-after": "1.5"}, 1.5),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": "inf"}, None),
+    ],
+)
+def test_retry_after_headers(headers: dict[str, str], seconds: float | None) -> None:
+    assert retry_after(headers) == seconds
+
+
+def test_retry_after_as_an_http_date() -> None:
+    date = email.utils.formatdate(time.time() + 30, usegmt=True)
+    waited = retry_after({"retry-after": date})
+    assert waited is not None and 25 < waited <= 30
 
 
 # --- cancellation -------------------------------------------------------------------------------

@@ -1,13 +1,20 @@
-"""The stream-write budget a process's sessions share: more steps streaming, fewer writes each."""
+"""The stream-write budget a process's sessions share: more steps streaming, fewer writes each.
+
+The steps' flush timers run on a fake clock that moves only when the test moves it, and the
+models stream only the chunks the test feeds them, so every count here is exact: it follows from
+the pacing rules, never from how fast the machine happens to be.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from functools import partial
 
 import pytest
 
 from orchestrator.core import event_types as ai
+from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import SendInput, StopTurn
 from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
@@ -15,34 +22,120 @@ from orchestrator.run.agent import Agent
 from orchestrator.run.pacing import StreamPacer
 from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
+from orchestrator.testing import eventually
 
 TIMEOUT = 10
+CHUNKS = [f"c{i:02d} " for i in range(20)]
+GAP = 0.006
+"""Fake seconds between two chunks: 20 chunks stream for about 120 ms. (Not a divisor of the
+20 ms pace, so no timer is ever due at the very instant a chunk arrives.)"""
 
 
-class SlowModel:
-    """20 chunks, 5 ms apart: a step that streams for about 100 ms."""
+class FakeTimer:
+    """A timer of ``FakeClock``."""
+
+    def __init__(self, when: float, fn: Callable[[], None]) -> None:
+        self.when = when
+        self.fn = fn
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeClock:
+    """A ``Clock`` whose time moves only in ``advance``, which fires the timers due, in due order."""
+
+    def __init__(self) -> None:
+        self.time = 0.0
+        self.timers: list[FakeTimer] = []
+
+    def now(self) -> float:
+        return self.time
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> FakeTimer:
+        timer = FakeTimer(self.time + delay, fn)
+        self.timers.append(timer)
+        return timer
+
+    def advance(self, seconds: float) -> int:
+        """Move time on by ``seconds``, firing every timer due by then; how many fired."""
+        end = self.time + seconds
+        fired = 0
+        while due := [t for t in self.timers if not t.cancelled and t.when <= end]:
+            timer = min(due, key=lambda t: t.when)  # the first of equals: the first scheduled
+            self.timers.remove(timer)
+            self.time = timer.when
+            timer.fn()
+            fired += 1
+        self.time = end
+        self.timers = [t for t in self.timers if not t.cancelled]
+        return fired
+
+
+class FedModel:
+    """Streams the chunks the test feeds it, one per ``feed``; ends the step after the last."""
+
+    def __init__(self, chunks: list[str]) -> None:
+        self.chunks = chunks
+        self.started = False
+        self.taken = 0
+        """Chunks the runner has taken into its step's buffer."""
+        self._fed = asyncio.Semaphore(0)
 
     @property
     def name(self) -> str:
-        return "slow"
+        return "fed"
+
+    def feed(self) -> None:
+        self._fed.release()
 
     async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        for i in range(20):
-            yield TextDelta(f"c{i:02d} ")
-            await asyncio.sleep(0.005)
+        self.started = True  # the step's stream exists (it entered the pacer) before this runs
+        for chunk in self.chunks:
+            await self._fed.acquire()
+            yield TextDelta(chunk)
+            self.taken += 1  # runs when the runner asks for the next part: it has put this one
         yield StepFinish(finish_reason="stop")
 
 
-async def stream_writes(pacer: StreamPacer, sessions: int) -> list[int]:
-    """Run one turn in each of ``sessions`` sessions sharing ``pacer``; the stream writes of each."""
+def text(state: AIState) -> str:
+    return state.messages[-1].text if state.messages and state.messages[-1].role == "assistant" else ""
+
+
+def taken(models: list[FedModel], count: int) -> bool:
+    return all(m.taken == count for m in models)
+
+
+def durable(runners: list[SessionRunner], so_far: str) -> bool:
+    return all(text(r.state) == so_far for r in runners)
+
+
+async def stream_writes(pacer: StreamPacer, clock: FakeClock, sessions: int) -> list[int]:
+    """Run one turn in each of ``sessions`` sessions sharing ``pacer``; the stream writes of each.
+
+    The sessions go in lockstep: each takes chunk ``i`` at fake time ``i * GAP``. When the clock
+    fires the flush timers, the test waits until the flushes are durable (every session's text so
+    far is in its state) before time moves on, as a real step would keep streaming meanwhile.
+    """
     store = open_store("memory://")
-    agent = Agent("a", "x", SlowModel())
-    runners = [await SessionRunner.open(store, f"s-{i}", agent, pacer=pacer) for i in range(sessions)]
+    models = [FedModel(CHUNKS) for _ in range(sessions)]
+    runners = [
+        await SessionRunner.open(store, f"s-{i}", Agent("a", "x", model), pacer=pacer) for i, model in enumerate(models)
+    ]
     try:
         for i, runner in enumerate(runners):
             await runner.submit(SendInput(f"u-{i}", "go"))  # input ids are unique across sessions
+        await eventually(lambda: all(m.started for m in models), TIMEOUT, what="every step streams")
+        assert pacer.streaming == sessions
+        for i in range(len(CHUNKS)):
+            for model in models:
+                model.feed()
+            await eventually(partial(taken, models, i + 1), TIMEOUT, what=f"chunk {i} taken")
+            if i + 1 < len(CHUNKS) and clock.advance(GAP):
+                await eventually(partial(durable, runners, "".join(CHUNKS[: i + 1])), TIMEOUT, what="flushed")
         outcomes = await asyncio.gather(*(r.wait_input(f"u-{i}", timeout=TIMEOUT) for i, r in enumerate(runners)))
-        assert all(o.text == "".join(f"c{i:02d} " for i in range(20)) for o in outcomes)  # nothing lost
+        assert all(o.text == "".join(CHUNKS) for o in outcomes)  # nothing lost
         assert pacer.streaming == 0
         return [sum(e.type == ai.STREAM for e in await store.read(r.session_id)) for r in runners]
     finally:
@@ -50,11 +143,17 @@ async def stream_writes(pacer: StreamPacer, sessions: int) -> list[int]:
             await runner.close()
 
 
-async def test_a_step_alone_writes_at_its_own_pace_and_many_share_the_budget() -> None:
-    alone = await stream_writes(StreamPacer(budget=1000), 1)
-    assert alone[0] >= 4  # about every 20 ms over ~100 ms
-    shared = await stream_writes(StreamPacer(budget=10), 2)  # 2 streaming / 10 per s: every 200 ms
-    assert all(writes <= 2 for writes in shared), shared  # the first text, then the rest at the end
+async def test_a_step_alone_writes_at_its_own_pace() -> None:
+    clock = FakeClock()
+    # The first text after 4 ms; then every 20 ms (at 26, 50, 74 and 98 ms); the rest at the end.
+    assert await stream_writes(StreamPacer(budget=1000, clock=clock), clock, 1) == [6]
+
+
+async def test_steps_streaming_together_share_the_budget() -> None:
+    clock = FakeClock()
+    # 2 streaming / 10 writes per s: every 200 ms, longer than the steps stream. So each writes
+    # its first text (after 4 ms), then the rest at the end.
+    assert await stream_writes(StreamPacer(budget=10, clock=clock), clock, 2) == [2, 2]
 
 
 def test_the_interval_follows_the_streams_and_never_drops_below_the_floor() -> None:
@@ -69,33 +168,42 @@ def test_the_interval_follows_the_streams_and_never_drops_below_the_floor() -> N
         StreamPacer(budget=0)
 
 
-class StoppableModel(SlowModel):
-    """Streams until stopped, then ends its stream quietly, as an HTTP client closing it may."""
+class StoppableModel:
+    """Streams one chunk, then waits until stopped and ends its stream quietly, as an HTTP client
+    closing it may."""
+
+    def __init__(self) -> None:
+        self.taken = False
+
+    @property
+    def name(self) -> str:
+        return "stoppable"
 
     async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        for i in range(400):
-            yield TextDelta(f"c{i} ")
-            try:
-                await asyncio.sleep(0.005)
-            except asyncio.CancelledError:
-                return  # the stop's cancellation ends the stream instead of propagating
+        yield TextDelta("c0 ")
+        self.taken = True
+        try:
+            await asyncio.Event().wait()  # streams on (nothing more) until stopped
+        except asyncio.CancelledError:
+            return  # the stop's cancellation ends the stream instead of propagating
 
 
 async def test_a_stopped_step_gives_its_share_of_the_budget_back() -> None:
-    pacer = StreamPacer(budget=1000)
+    clock = FakeClock()
+    pacer = StreamPacer(budget=1000, clock=clock)
     store = open_store("memory://")
-    runner = await SessionRunner.open(store, "stop", Agent("a", "x", StoppableModel()), pacer=pacer)
+    model = StoppableModel()
+    runner = await SessionRunner.open(store, "stop", Agent("a", "x", model), pacer=pacer)
     try:
         await runner.submit(SendInput("u-stop", "go"))
-        await runner.wait_for(lambda s: bool(s.messages) and bool(s.messages[-1].text), TIMEOUT)
+        await eventually(lambda: model.taken, TIMEOUT, what="the first chunk taken")
+        assert clock.advance(0.004) == 1  # the first text's flush
+        await runner.wait_for(lambda s: text(s) == "c0 ", TIMEOUT)
         assert pacer.streaming == 1
         await runner.submit(StopTurn("stop-1", runner.state.active.id if runner.state.active else ""))
         outcome = await runner.wait_input("u-stop", timeout=TIMEOUT)
         assert outcome.outcome == "stopped"
-        for _ in range(100):
-            if pacer.streaming == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert pacer.streaming == 0
+        await eventually(lambda: pacer.streaming == 0, TIMEOUT, what="the budget given back")
+        assert not [t for t in clock.timers if not t.cancelled]  # and no flush timer left behind
     finally:
         await runner.close()

@@ -30,3 +30,11 @@ def test_the_fixed_names_are_in_all() -> None:
     import orchestrator
 
     assert set(FIXED) <= set(orchestrator.__all__)
+
+
+def test_approval_helpers_and_the_turn_result_import_from_orchestrator() -> None:
+    from orchestrator import PendingApproval, TurnOutcome, pending_approvals
+    from orchestrator.core.approvals import pending_approvals as defined
+
+    assert pending_approvals is defined and PendingApproval.__name__ == "PendingApproval"
+    assert TurnOutcome("t-1", "completed", "hi").success

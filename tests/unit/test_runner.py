@@ -13,7 +13,7 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.approvals import pending_approvals
 from orchestrator.core.commands import PauseSession, Respond, ResumeSession, RetryTurn, SendInput, StopTurn
-from orchestrator.core.errors import ModelError
+from orchestrator.core.errors import ModelError, ToolError
 from orchestrator.core.events import Event
 from orchestrator.core.fold import DENIED, INTERRUPTED, fold_events
 from orchestrator.core.parts import AgentMessage, CompactionPart, NestedRun, ToolPart
@@ -27,7 +27,7 @@ from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 from orchestrator.testing import FunctionModel, ScriptedModel
 from tests.fixtures.agents import Counter, approving_tree, cart_tool
-from tools import Recovery, Tool, ToolContext, tool
+from tools import Recovery, StaticTools, Tool, ToolContext, tool
 
 TIMEOUT = 10
 
@@ -223,13 +223,17 @@ async def test_a_late_first_snapshot_never_replaces_a_newer_one(store: EventStor
 # -- approvals ----------------------------------------------------------------------------------------
 
 
-async def test_an_approved_call_runs_and_a_denied_one_never_does(sessions: LocalSessions) -> None:
+@pytest.mark.parametrize("source", ["static", "dynamic"])
+async def test_an_approved_call_runs_and_a_denied_one_never_does(sessions: LocalSessions, source: str) -> None:
+    """The same gate whether the tool is in a fixed list (checked while the call's start is
+    assembled) or comes from a source (listed and checked in the call's task)."""
     counter = Counter()
+    cart = cart_tool(counter, approval=True)
     agent = Agent(
         "shopper",
         "Shop.",
         ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "ok"}]], per_turn=True),
-        tools=[cart_tool(counter, approval=True)],
+        tools=[cart] if source == "static" else [StaticTools((cart,))],
     )
     runner = await sessions.open("s-1", agent)
     await runner.submit(SendInput("u-1", "one mug"))
@@ -285,8 +289,10 @@ async def test_an_approval_two_sub_agents_down_is_answered_through_the_top_sessi
 # -- invalid arguments ----------------------------------------------------------------------------------
 
 
-async def test_invalid_arguments_go_back_to_the_model_which_corrects_them(sessions: LocalSessions) -> None:
+@pytest.mark.parametrize("source", ["static", "dynamic"])
+async def test_invalid_arguments_go_back_to_the_model_which_corrects_them(sessions: LocalSessions, source: str) -> None:
     counter = Counter()
+    cart = cart_tool(counter)
     model = ScriptedModel(
         [
             [{"tool": "add_to_cart", "input": {"slug": "mug", "qty": "two"}}],
@@ -294,7 +300,8 @@ async def test_invalid_arguments_go_back_to_the_model_which_corrects_them(sessio
             [{"text": "Added two."}],
         ]
     )
-    runner = await sessions.open("s-1", Agent("shopper", "Shop.", model, tools=[cart_tool(counter)]))
+    tools = [cart] if source == "static" else [StaticTools((cart,))]
+    runner = await sessions.open("s-1", Agent("shopper", "Shop.", model, tools=tools))
     assert await turn(runner, "u-1", "two mugs") == "completed"
     first, second = list(tool_parts(runner.state.messages))
     assert first.state == "error" and "qty" in (first.error or "") and "integer" in (first.error or "")
@@ -331,6 +338,33 @@ async def test_a_tool_that_raises_or_times_out_ends_as_a_tool_error(sessions: Lo
     assert await turn(runner, "u-1", "go") == "completed"
     assert call(runner.state, "explode").error == "explode failed: the oven blew up"
     assert call(runner.state, "slow").error == "slow timed out after 0.05 s"
+
+
+async def test_a_tool_failure_carries_the_code_of_its_error_never_one_read_from_its_words(
+    sessions: LocalSessions, store: EventStore
+) -> None:
+    @tool
+    def upstream() -> str:
+        """Call a service that gives up (the tool's own error, whatever its words)."""
+        raise ToolError("the upstream timed out")
+
+    @tool(timeout=0.05)
+    async def slow() -> str:
+        """Take forever."""
+        await asyncio.sleep(60)
+        return "never"
+
+    calls = [
+        {"tool": "upstream", "input": {}},
+        {"tool": "slow", "input": {}},
+        {"tool": "add_to_cart", "input": {"slug": "mug", "qty": "two"}},
+    ]
+    model = ScriptedModel([calls, [{"text": "hm"}]])
+    runner = await sessions.open("s-1", Agent("a", "x", model, tools=[upstream, slow, cart_tool(Counter())]))
+    assert await turn(runner, "u-1", "go") == "completed"
+    failed = {e.payload["callId"]: e.payload.get("code") for e in await store.read("s-1") if e.type == ai.TOOL_FAILED}
+    codes = {p.name: failed[p.id] for p in tool_parts(runner.state.messages)}
+    assert codes == {"upstream": None, "slow": "timeout", "add_to_cart": "invalid_arguments"}
 
 
 # -- retry and failure ---------------------------------------------------------------------------------

@@ -16,17 +16,17 @@ from orchestrator.run.agent import Agent
 from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import AppendResult, EventStore
+from orchestrator.testing import Gate
 
 TIMEOUT = 10
 
 
 class GatedStore:
-    """A real in-memory store whose writes of a step's start wait for the test (or fail)."""
+    """A real in-memory store whose writes of a step's start wait at a gate for the test (or fail)."""
 
     def __init__(self) -> None:
         self.inner: EventStore = open_store("memory://")
-        self.writing = asyncio.Event()
-        self.release = asyncio.Event()
+        self.gate = Gate()
         self.fail = False
 
     def __getattr__(self, name: str) -> Any:
@@ -34,8 +34,7 @@ class GatedStore:
 
     async def append(self, session_id: str, events: Sequence[Event], *args: Any, **kwargs: Any) -> AppendResult:
         if any(e.type == ai.STEP_STARTED for e in events):
-            self.writing.set()
-            await self.release.wait()
+            await self.gate.wait()
             if self.fail:
                 raise StoreError("the disk is full")
         return await self.inner.append(session_id, events, *args, **kwargs)
@@ -58,7 +57,6 @@ class WatchedModel:
         self.started.set()
         try:
             yield TextDelta("Hel")
-            await asyncio.sleep(0)
             yield TextDelta("lo.")
             yield StepFinish(finish_reason="stop")
         except asyncio.CancelledError:
@@ -75,11 +73,11 @@ async def test_the_model_streams_while_its_start_is_written_and_its_parts_follow
     store, model = GatedStore(), WatchedModel()
     runner = await open_runner(store, model)
     submitted = asyncio.ensure_future(runner.submit(SendInput("u-1", "hi")))
-    await asyncio.wait_for(store.writing.wait(), TIMEOUT)
+    await store.gate.reached(TIMEOUT)
     await asyncio.wait_for(model.started.wait(), TIMEOUT)  # before the write finished
     assert not submitted.done()
     assert model.requests[0].messages[0].text == "hi"  # it saw the input being written
-    store.release.set()
+    store.gate.open()
     await asyncio.wait_for(submitted, TIMEOUT)
     outcome = await runner.wait_input("u-1", timeout=TIMEOUT)
     assert (outcome.outcome, outcome.text) == ("completed", "Hello.")
@@ -94,14 +92,16 @@ async def test_a_step_whose_start_could_not_be_written_is_cancelled_and_leaves_n
     runner = await open_runner(store, model)
     submitted = asyncio.ensure_future(runner.submit(SendInput("u-1", "hi")))
     await asyncio.wait_for(model.started.wait(), TIMEOUT)
-    store.release.set()
+    store.gate.open()
     try:
         await asyncio.wait_for(submitted, TIMEOUT)
     except StoreError as error:
         assert "disk is full" in error.message
     else:
         raise AssertionError("the failed write was acknowledged")
-    await asyncio.sleep(0.05)
-    assert runner._step is None
+    # A write queued now is processed after anything the abandoned step still had queued (its
+    # parts, its end): once it is done, nothing more of that step can reach the log.
+    await runner.push([])
+    assert runner._steps.current is None
     assert await store.inner.read("s") == []  # neither the input nor any part of the step
     await runner.close()

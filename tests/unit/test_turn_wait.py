@@ -8,7 +8,7 @@ from typing import Any
 from actors.hub import MutationHub, WaitFailed
 from actors.local import LocalRuntime
 from orchestrator.run.agent import Agent
-from orchestrator.testing import ScriptedModel
+from orchestrator.testing import Gate, ScriptedModel, eventually
 
 TIMEOUT = 10
 
@@ -45,7 +45,7 @@ async def test_many_turns_finish_through_the_polls_without_a_call_each(rt: Local
     assert "wait_input" not in calls
     assert calls.count("command") == 20
     assert calls.count("poll") < 20  # the waits shared polls
-    assert rt.host is not None and not rt.host._turn_watches  # nothing is left waiting on the host
+    assert rt.host is not None and rt.host.held()["turn_watches"] == 0  # nothing left waiting on the host
 
 
 async def test_a_late_waiter_still_learns_how_the_turn_ended(rt: LocalRuntime) -> None:
@@ -60,11 +60,10 @@ async def test_a_late_waiter_still_learns_how_the_turn_ended(rt: LocalRuntime) -
 async def test_a_host_that_forgot_the_poller_gets_the_waits_again(rt: LocalRuntime) -> None:
     assert rt.host is not None
     host = rt.host
-    gate, entered = asyncio.Event(), asyncio.Event()
+    gate = Gate()
     release = host.wait_input
 
     async def held(*args: Any) -> Any:
-        entered.set()
         await gate.wait()
         return await release(*args)
 
@@ -72,14 +71,14 @@ async def test_a_host_that_forgot_the_poller_gets_the_waits_again(rt: LocalRunti
     session = rt.session("forgot", agent=agent())
     turn = await session.prompt("hi")
     waiting = turn.finished
-    await asyncio.wait_for(entered.wait(), TIMEOUT)  # the host waits on the turn for the poller
+    await gate.reached(TIMEOUT)  # the host waits on the turn for the poller
     # As after a restart: the host knows neither the poller nor its waits. The next poll is
     # answered "unknown", and the client registers everything again, waits included.
     for task in host._turn_watches.values():
         task.cancel()
     poller = next(iter(rt._pollers.values()))
     forgotten = host.hub._pollers.pop(poller.id)
-    gate.set()
+    gate.open()
     forgotten.event.set()  # the poll waiting on it returns; the next one is not recognised
     result = await asyncio.wait_for(waiting, TIMEOUT)
     assert result.success and result.text == "Done."
@@ -108,7 +107,7 @@ async def test_a_settled_outcome_ends_a_waiting_poll_and_is_sent_once() -> None:
     hub = MutationHub(linger=0)
     assert await hub.poll("p", {}, [], 0, {}, full=True) == {}
     waiting = asyncio.ensure_future(hub.poll("p", {}, [], 5.0, {}))
-    await asyncio.sleep(0)
+    await eventually(lambda: hub.stats()["waiting"] == 1, 1, what="the poll waits")
     assert not waiting.done()
     hub.settle("p", "in-1", WaitFailed("moved"))
     assert await asyncio.wait_for(waiting, 1) == {}

@@ -7,6 +7,7 @@
     troupe serve CONFIG [--host H] [--port P] [--api-key KEY]...     the HTTP API (uvicorn)
     troupe sessions list|show|tail|replay                            read logs from the store (no Ray)
     troupe bench reducer|store|shop|actors                           measure this machine
+    troupe store migrate URL | copy FROM TO                          a store's schema; move logs between stores
 
 The commands live in small modules (``cli_run``, ``cli_chat``, ``cli_serve``, ``cli_sessions``,
 ``cli_bench``; drawing in ``cli_render`` and ``cli_live``). Errors are one line on stderr (what
@@ -29,6 +30,7 @@ from orchestrator.surfaces.cli import chat as cli_chat
 from orchestrator.surfaces.cli import run as cli_run
 from orchestrator.surfaces.cli import serve as cli_serve
 from orchestrator.surfaces.cli import sessions as cli_sessions
+from orchestrator.surfaces.cli import store as cli_store
 from orchestrator.surfaces.cli.common import CommandFailed, LogFormat, LogLevel, TroupeGroup, configure_logging, report
 
 __all__ = ["app", "main"]
@@ -75,6 +77,7 @@ app.command("chat")(cli_chat.chat_command)
 app.command("serve")(cli_serve.serve_command)
 app.add_typer(cli_sessions.sessions_app, name="sessions")
 app.add_typer(cli_bench.bench_app, name="bench")
+app.add_typer(cli_store.store_app, name="store")
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Final, Protocol
+from typing import Final
 
 from rich.console import Group, RenderableType
 from rich.padding import Padding
@@ -36,6 +36,7 @@ from orchestrator.core._json import JsonValue
 from orchestrator.core.events import Event
 from orchestrator.core.parts import AgentMessage, CompactionPart, DataPart, ReasoningPart, TextPart, ToolPart
 from orchestrator.core.state import SessionError
+from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.agent import DELEGATE_PREFIX
 
 __all__ = [
@@ -60,30 +61,6 @@ TOOL_STATES: Final[Mapping[str, tuple[str, str]]] = {
 _ROLE_STYLES: Final = {"user": "bold cyan", "assistant": "bold magenta", "system": "bold white"}
 _INDENT: Final = 2
 _NESTED_INDENT: Final = 4
-
-
-class TurnResultLike(Protocol):
-    """What ``render_results`` reads of a turn's result (``actors.client.TurnResult``)."""
-
-    @property
-    def success(self) -> bool:
-        """Whether the turn completed."""
-        ...
-
-    @property
-    def outcome(self) -> str:
-        """How it ended."""
-        ...
-
-    @property
-    def text(self) -> str:
-        """Its final text."""
-        ...
-
-    @property
-    def error(self) -> str | None:
-        """Why it failed."""
-        ...
 
 
 def one_line(value: str, limit: int) -> str:
@@ -188,7 +165,7 @@ def _nested_messages(messages: Sequence[AgentMessage], agent: str, max_output: i
     return Group(*rows)
 
 
-def render_results(results: Sequence[tuple[str, int, TurnResultLike]], *, width: int = 60) -> Table:
+def render_results(results: Sequence[tuple[str, int, TurnOutcome]], *, width: int = 60) -> Table:
     """A table of turn results: session, turn number, outcome, and the text or the error."""
     table = Table(title="turn results", title_justify="left", show_edge=False)
     table.add_column("session")

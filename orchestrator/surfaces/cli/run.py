@@ -13,7 +13,6 @@ import asyncio
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
@@ -23,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.core.errors import TroupeError
+from orchestrator.core.turn import TurnOutcome
 from orchestrator.surfaces.cli.common import (
     ConfigPath,
     LocalOption,
@@ -32,7 +32,7 @@ from orchestrator.surfaces.cli.common import (
     stdout,
 )
 from orchestrator.surfaces.cli.live import LiveTurn, awaiting_approval, caught_up
-from orchestrator.surfaces.cli.render import TurnResultLike, one_line, render_results
+from orchestrator.surfaces.cli.render import one_line, render_results
 
 if TYPE_CHECKING:
     from actors.base import BaseRuntime
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from orchestrator.core.mutations import ClientView
     from orchestrator.run.agent import Agent
 
-__all__ = ["DEFAULT_PROMPTS", "FailedTurn", "run_command", "run_many", "run_one"]
+__all__ = ["DEFAULT_PROMPTS", "RAISED", "failed_turn", "run_command", "run_many", "run_one"]
 
 DEFAULT_PROMPTS: Final = (
     "I would like two mugs, please.",
@@ -50,17 +50,16 @@ DEFAULT_PROMPTS: Final = (
 """The shop workload's three turns (``actors.bench.shop.PROMPTS``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class FailedTurn:
-    """A turn that never produced a result (its session raised)."""
-
-    error: str
-    success: bool = False
-    outcome: str = "error"
-    text: str = ""
+RAISED: Final = "error"
+"""The outcome of a turn that never produced a result: its session raised (a load run goes on)."""
 
 
-Results = list[tuple[str, int, TurnResultLike]]
+def failed_turn(message: str) -> TurnOutcome:
+    """The result of a turn whose session raised ``message`` before the turn ended."""
+    return TurnOutcome("", RAISED, "", message)
+
+
+Results = list[tuple[str, int, TurnOutcome]]
 
 
 def run_command(
@@ -169,14 +168,14 @@ async def run_many(
             for number, text in enumerate(prompts, start=1):
                 try:
                     turn = await session.prompt(text)
-                    result: TurnResultLike = await turn.finished
+                    result = await turn.finished
                 except TroupeError as error:
-                    result = FailedTurn(error.message)
+                    result = failed_turn(error.message)
                 except Exception as error:  # a load run reports a broken session and goes on
-                    result = FailedTurn(f"{type(error).__name__}: {error}")
+                    result = failed_turn(f"{type(error).__name__}: {error}")
                 results.append((session_id, number, result))
                 progress.advance(task)
-                if isinstance(result, FailedTurn):
+                if result.outcome == RAISED:
                     return
 
         start = time.perf_counter()

@@ -2,13 +2,15 @@
 
 ``list`` pages through the store's sessions, ``show`` folds a log (``fold_events``) and draws the
 conversation, ``replay`` does the same up to an event index and lists the events it folded, and
-``tail`` prints events as they are appended. A SQLite file written by another process sends no
-notification, so ``tail`` re-reads after the last index it printed every ``--interval`` seconds.
+``tail`` prints events as they are appended: woken by the store when it can push new events
+(PostgreSQL's ``LISTEN``/``NOTIFY``: ``base.Followable``), else re-reading after the last index it
+printed every ``--interval`` seconds (a SQLite file written by another process sends no signal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from datetime import datetime
 from typing import Annotated, Any
@@ -19,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.core.events import Event
-from orchestrator.store.base import EventStore
+from orchestrator.store.base import EventStore, Followable
 from orchestrator.surfaces.cli.common import DEFAULT_STORE, STORE_ENV, fail, open_read_store, stdout
 from orchestrator.surfaces.cli.render import event_summary, render_conversation, render_events
 
@@ -119,8 +121,14 @@ async def follow_events(
 ) -> AsyncGenerator[Event, None]:
     """The session's events with index > ``after``, then each new one as it is appended (forever).
 
-    Polls with ``store.read(session_id, after=last)`` every ``interval`` seconds while nothing is new.
+    Uses the store's own ``follow`` when it has one (no polling); otherwise polls with
+    ``store.read(session_id, after=last)`` every ``interval`` seconds while nothing is new.
     """
+    if isinstance(store, Followable):
+        async with contextlib.aclosing(store.follow(session_id, after)) as pushed:
+            async for event in pushed:
+                yield event
+        return
     while True:
         events = await store.read(session_id, after=after)
         for event in events:
@@ -144,7 +152,9 @@ def tail_command(
     store: Store = DEFAULT_STORE,
     lines: Annotated[int, typer.Option("--lines", "-n", min=0, help="Print the last N events first.")] = 10,
     follow: Annotated[bool, typer.Option(help="Keep printing new events until Ctrl-C.")] = True,
-    interval: Annotated[float, typer.Option(min=0.01, help="Seconds between re-reads while nothing is new.")] = 0.2,
+    interval: Annotated[
+        float, typer.Option(min=0.01, help="Seconds between re-reads while nothing is new (stores that push: unused).")
+    ] = 0.2,
 ) -> None:
     """Print the session's last events, then each new one as it is appended (Ctrl-C ends it)."""
     console = stdout()

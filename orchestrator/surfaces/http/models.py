@@ -52,8 +52,9 @@ def _not_reserved(value: str) -> str:
     if value.startswith(RESERVED_ID_PREFIX):
         raise PydanticCustomError(
             RESERVED,
-            "ids starting with {prefix!r} are Troupe's own; choose another id",
-            {"prefix": RESERVED_ID_PREFIX},
+            # pydantic fills {name} from the context, and only that: the quoting is done here.
+            "ids starting with {prefix} are Troupe's own; choose another id",
+            {"prefix": repr(RESERVED_ID_PREFIX)},
         )
     return value
 
@@ -68,8 +69,8 @@ def _app_type(value: str) -> str:
     if value.startswith(BUILTIN_PREFIX):
         raise PydanticCustomError(
             RESERVED,
-            "{value!r} is a built-in Troupe event type; clients push their contract's app events only",
-            {"value": value},
+            "{value} is a built-in Troupe event type; clients push their contract's app events only",
+            {"value": repr(value)},
         )
     return value
 

@@ -1,0 +1,29 @@
+"""The errors of the Ray shell, under Troupe's one root (``orchestrator.core.errors``).
+
+```
+TroupeError
+├── SessionMoved        a dedicated host was asked about a session it does not own: ask where it is
+└── HostUnavailable     a host did not answer (it died, is restarting or being moved): wait, call again
+```
+
+Both pickle (they cross Ray): positional constructor arguments, ``self.message``. Neither needs
+Ray to be raised or caught, so the client and the in-process runtime name them without loading it.
+"""
+
+from __future__ import annotations
+
+from orchestrator.core.errors import TroupeError
+
+__all__ = ["HostUnavailable", "SessionMoved"]
+
+
+class SessionMoved(TroupeError):
+    """A dedicated host was asked about a session it does not own (any more): ask where it is."""
+
+    code = "SESSION_MOVED"
+
+
+class HostUnavailable(TroupeError):
+    """A host did not answer: it died, is restarting or is being moved (the Ray transport says so)."""
+
+    code = "HOST_UNAVAILABLE"

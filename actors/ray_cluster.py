@@ -1,0 +1,81 @@
+"""``RayCluster``: what a session host on Ray reaches outside its process (the ``actors.cluster`` port).
+
+``SessionHost`` is a plain class that imports no Ray (the in-process runtime runs it as is);
+whatever it needs of the cluster comes through its ``Cluster``. On Ray that is this: the router
+to the other hosts and the supervisor, sub-agents routed across hosts (``RayChildren``), agents
+unpickled with Ray's own cloudpickle, and the node the host runs on. The Ray runtime and the
+supervisor create every host with ``SessionHost(name, options, RayCluster)``: Ray re-runs that
+constructor after a crash, in the host's own process, so the cluster is built there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import ray
+from ray import cloudpickle
+
+from actors.children import RayChildren
+from actors.host import HostOptions
+from actors.registry import AgentCodec
+from actors.router import Router
+from actors.subagents import SubAgents
+from orchestrator.run.agent import Agent
+from orchestrator.run.children import ChildBatch, Children
+
+__all__ = ["RAY_PICKLE", "RayCluster"]
+
+
+class _RayPickle:
+    """Agents as Ray's cloudpickle bytes (``register_pickle_by_value`` applies to them too)."""
+
+    def dumps(self, agent: Agent) -> bytes:
+        """The agent's bytes."""
+        data: bytes = cloudpickle.dumps(agent)  # type: ignore[no-untyped-call]
+        return data
+
+    def loads(self, data: bytes) -> Agent:
+        """The agent back."""
+        agent: Agent = cloudpickle.loads(data)
+        return agent
+
+
+RAY_PICKLE: AgentCodec = _RayPickle()
+"""How the Ray runtime's agents travel to its hosts."""
+
+
+class RayCluster:
+    """A Ray host's links to the rest of the cluster (see the module docstring)."""
+
+    codec: AgentCodec = RAY_PICKLE
+
+    def __init__(self, name: str, options: HostOptions) -> None:
+        self.name = name
+        self.router = Router(
+            options.namespace,
+            options.extra.get("hosts", [name]),
+            options.placement,
+            children=options.extra.get("children", "spread"),
+        )
+
+    def node(self) -> str | None:
+        """The id of the node this host runs on."""
+        node: str | None = ray.get_runtime_context().get_node_id()
+        return node
+
+    def children(self, sub: SubAgents, agent_key: str) -> Children:
+        """A session's sub-agent port: its children run on the hosts the router places them on."""
+        return RayChildren(sub, self.router, agent_key)
+
+    def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> None:
+        """Send a child's batch to its parent on another host (fire and forget)."""
+        self.router.host(parent_host).deliver.remote(parent_id, batch)
+
+    async def report(self, entries: dict[str, str], version: tuple[float, int]) -> None:
+        """Tell the supervisor this host's active sessions (fire and forget)."""
+        await self.router.report(self.name, entries, version)
+
+    def release(self, session_id: str) -> None:
+        """Dedicated placement: this host's session left memory, the host is free for another."""
+        with contextlib.suppress(Exception):
+            self.router.supervisor.release.remote(self.name, session_id)

@@ -1,0 +1,80 @@
+"""``RayTransport``: the client's way to session hosts that are Ray actors (``actors.transport``).
+
+Every call follows its session's host across restarts and moves (``Router.on_host`` with the
+``SESSION_CALL`` schedule; calls are idempotent, so a repeat is safe). Ray's actor errors stop
+here: a poll whose host died raises ``HostUnavailable``, which the client knows without Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from actors.errors import HostUnavailable
+from actors.options import ACTOR_ERRORS
+from actors.retry import SESSION_CALL, RetriesExhausted
+from actors.router import Router
+
+__all__ = ["RayTransport"]
+
+
+class RayTransport:
+    """Hosts are Ray actors; the supervisor handles trees."""
+
+    def __init__(self, router: Router, supervisor: Any) -> None:
+        self.router = router
+        self.supervisor = supervisor
+
+    async def call(self, session_id: str, method: str, *args: Any) -> Any:
+        """See ``Transport.call``."""
+        router = self.router
+
+        async def call(name: str) -> Any:
+            return await getattr(router.host(name), method).remote(session_id, *args)
+
+        try:
+            return await router.on_host(session_id, call, SESSION_CALL)
+        except RetriesExhausted:
+            raise TimeoutError(f"session {session_id}: its host did not come back") from None
+
+    def host_now(self, session_id: str) -> str | None:
+        """See ``Transport.host_now``."""
+        return self.router.place_now(session_id)
+
+    async def host_of(self, session_id: str) -> str:
+        """See ``Transport.host_of``."""
+        return await self.router.place(session_id)
+
+    async def poll(
+        self,
+        host: str,
+        poller: str,
+        changes: dict[str, int],
+        removed: list[str],
+        timeout: float,
+        full: bool,
+        waits: dict[str, tuple[str, str]],
+    ) -> Any:
+        """See ``Transport.poll``."""
+        try:
+            return await self.router.host(host).poll.remote(poller, changes, removed, timeout, full, waits)
+        except ACTOR_ERRORS as error:
+            raise HostUnavailable(f"host {host!r} did not answer a poll ({type(error).__name__})") from error
+
+    def wake(self, host: str, poller: str) -> None:
+        """See ``Transport.wake``."""
+        with contextlib.suppress(*ACTOR_ERRORS, ValueError):
+            self.router.host(host).wake_poll.remote(poller)
+
+    async def wait_ready(self, host: str) -> None:
+        """See ``Transport.wait_ready``."""
+        await self.router.wait_ready(host)
+
+    async def control_tree(self, session_id: str, action: str, when: str) -> None:
+        """See ``Transport.control_tree``."""
+        await self.supervisor.control_tree.remote(session_id, action, when)
+
+    async def register_agent(self, key: str, data: bytes) -> None:
+        """Make an agent definition available to every host (stored once, idempotent)."""
+        name = await self.router.place("troupe:agents")
+        await self.router.host(name).register_agent.remote(key, data)

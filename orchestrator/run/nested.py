@@ -1,0 +1,127 @@
+"""A parent session's inbox for its sub-agents' batches: reordered, deduplicated, written together.
+
+A sub-agent (a child session) reports what its conversation did as ``ChildBatch``es, each
+applied under the parent's delegate call as one ``ai.nested`` event. Batches may arrive out of
+order (async Ray calls) and more than once (a retry, a snapshot after a failover), so the inbox
+holds each call's batches by the ``seq`` they follow and releases only the next in line. Nested
+batches are on no latency path: the first one waits ``delay`` so that several go out in one
+write, and any write that happens meanwhile takes them along.
+
+Answers to a sub-agent's approval (``respond_nested``) go the other way, to the child session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from orchestrator.core import event_types as ai
+from orchestrator.core._json import JsonObject
+from orchestrator.core.aistate import AIState, Receipt, ToolRecord
+from orchestrator.core.approvals import split_nested
+from orchestrator.core.commands import Decision, Respond
+from orchestrator.core.events import Event
+from orchestrator.core.ids import child_session_id
+from orchestrator.run.agent import Agent
+from orchestrator.run.children import ChildBatch, Children
+
+__all__ = ["NestedInbox", "respond_nested"]
+
+
+class NestedInbox:
+    """The held batches of every delegate call of one session, and the timer that writes them."""
+
+    def __init__(
+        self,
+        tools: Callable[[], Mapping[str, ToolRecord]],
+        request_drain: Callable[[], None],
+        draining: Callable[[], bool],
+        delay: float,
+    ) -> None:
+        """Hold nothing yet; the session's write path is reached through the callables.
+
+        Args:
+            tools: the session's tool records now (each call's ``child_seq`` says what is applied).
+            request_drain: asks the session for its next write (which calls ``take``).
+            draining: whether a write is being assembled or in flight (it takes the batches along).
+            delay: how long the first held batch waits for company before it asks for a write.
+        """
+        self._tools = tools
+        self._request_drain = request_drain
+        self._draining = draining
+        self.delay = delay
+        self._held: dict[str, dict[int, ChildBatch]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def deliver(self, batch: ChildBatch) -> None:
+        """Hold ``batch`` until it is next in its call's sequence (see ``SessionRunner.deliver``)."""
+        held = self._held.setdefault(batch.call_id, {})
+        snapshot = held.get(-1)
+        if snapshot is not None and batch.seq <= snapshot.seq:
+            return  # older than a snapshot already waiting (a late first snapshot, say): covered
+        if batch.prev is None:  # a snapshot supersedes whatever it covers, nothing after it
+            for key in [k for k, b in held.items() if b.seq <= batch.seq]:
+                del held[key]
+        held[batch.prev if batch.prev is not None else -1] = batch
+        # Nested batches are not on any latency path: wait a moment so several go out in one
+        # write (a write that happens meanwhile takes them along anyway).
+        if self._timer is None and not self._draining():
+            self._timer = asyncio.get_running_loop().call_later(self.delay, self._due)
+
+    def cancel_timer(self) -> None:
+        """A write is starting: it takes the held batches along, so the timer is not needed."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _due(self) -> None:
+        self._timer = None
+        self._request_drain()
+
+    def ready(self) -> bool:
+        """Whether some held batch is next in its call's sequence (a write would carry it)."""
+        tools = self._tools()
+        for call_id, held in self._held.items():
+            record = tools.get(call_id)
+            applied = record.child_seq if record is not None else 0
+            if -1 in held or applied in held:
+                return True
+        return False
+
+    def take(self) -> list[Event]:
+        """NESTED events for every held batch that is next in its call's sequence."""
+        events: list[Event] = []
+        tools = self._tools()
+        for call_id, held in list(self._held.items()):
+            record = tools.get(call_id)
+            applied = record.child_seq if record is not None else 0
+            while True:
+                ready = held.pop(-1, None) or held.pop(applied, None)
+                if ready is None:
+                    break
+                if ready.seq > applied:
+                    payload: JsonObject = {"callId": ready.call_id, "seq": ready.seq, "actions": list(ready.actions)}
+                    events.append(Event("", ai.NESTED, payload))
+                    applied = ready.seq
+            for key in [k for k in held if k != -1 and held[k].seq <= applied]:
+                del held[key]
+            if not held:
+                del self._held[call_id]
+        return events
+
+
+async def respond_nested(
+    state: AIState, session_id: str, agent: Agent, children: Children | None, command: Respond
+) -> Decision:
+    """Answer a sub-agent's approval: the child session (named by the call) decides it."""
+    split = split_nested(command.interaction_id)
+    assert split is not None
+    call_id, rest = split
+    record = state.tools.get(call_id)
+    sub = agent.sub_agent(record.name) if record is not None else None
+    if children is None or record is None or sub is None or record.final:
+        return Decision((), Receipt(command.id, "rejected", "not-pending"))
+    child_id = child_session_id(session_id, call_id)
+    receipt = await children.respond(child_id, sub, replace(command, interaction_id=rest))
+    return Decision((), receipt)

@@ -1,0 +1,381 @@
+"""Model steps: how a step starts, streams its parts into the log, ends, and compacts the context.
+
+A step's parts are not written one by one: ``_StepStream`` buffers them and flushes them as one
+``ai.stream`` event when enough have gathered (``flush_parts``) or a timer fires. The first
+flush comes after ``flush_interval`` so the first text goes out fast; later ones wait longer, as
+the process's ``StreamPacer`` says. A step's last parts go out with its end, in one batch.
+
+``Steps`` holds the running step of one session; the runner asks it to prepare a step while it
+assembles a write, and cancels it when the state no longer wants it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+
+from orchestrator.core import event_types as ai
+from orchestrator.core._json import JsonObject, JsonValue
+from orchestrator.core.aistate import AIState
+from orchestrator.core.buffer import coalesce
+from orchestrator.core.errors import ModelError
+from orchestrator.core.events import Event
+from orchestrator.core.payloads import Stream
+from orchestrator.core.plan import RunStep
+from orchestrator.core.stream import AgentStreamPart, MessageMetadata, StepFinish, TextDelta, ToolCall
+from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
+from orchestrator.run.agent import Agent, MetadataContext, ResolverContext
+from orchestrator.run.compaction import (
+    SUMMARY_INSTRUCTIONS,
+    calibrate,
+    compaction_cut,
+    estimate_tokens,
+    prompt_messages,
+)
+from orchestrator.run.log import Applied, SessionLog
+from orchestrator.run.pacing import Clock, StreamPacer, Timer
+
+_log = structlog.get_logger("troupe.runner")
+
+__all__ = ["StepHost", "StepWork", "Steps", "stale"]
+
+
+class StepHost(Protocol):
+    """What a model step needs from its session (``SessionRunner`` is one)."""
+
+    log: SessionLog
+    agent: Agent
+    flush_interval: float
+    flush_every: float
+    flush_parts: int
+    pacer: StreamPacer
+
+    @property
+    def session_id(self) -> str:
+        """The session's id."""
+        ...
+
+    async def _append(self, events: Sequence[Event]) -> list[Applied]:
+        """Queue ``events`` for the session's next write; return once it is durable."""
+        ...
+
+    def _kick(self) -> None:
+        """Ask the session to plan again (a step ended)."""
+        ...
+
+
+@dataclass
+class StepWork:
+    """A running model step: its id, its task and the signal that stops it."""
+
+    step_id: str
+    task: asyncio.Task[None]
+    signal: CancelSignal
+
+
+class Steps:
+    """The model steps of one session: at most one runs at a time (``current``)."""
+
+    def __init__(self, host: StepHost) -> None:
+        self.host = host
+        self.current: StepWork | None = None
+        """The step running now, if any."""
+
+    def start_after_write(self, step: Callable[[AIState], StepWork]) -> None:
+        """Start a step prepared with a write, over the state that write made."""
+        step(self.host.log.state)
+
+    def abandon(self, steps: Sequence[StepWork]) -> None:
+        """Cancel steps started with a write that failed (their start never became durable)."""
+        for work in steps:
+            if self.current is work:
+                self.current = None
+            work.signal.cancel("abandoned")
+            work.task.cancel()
+
+    def reconcile(self, state: AIState) -> None:
+        """Cancel the running step if ``state`` no longer runs it (a stop ended it); write nothing."""
+        step = self.current
+        if step is None:
+            return
+        current = state.active.step if state.active is not None else None
+        if current is None or current.id != step.step_id or current.status != "running":
+            if not step.task.done() and step.task is not asyncio.current_task():
+                step.signal.cancel("stopped")
+                step.task.cancel()
+            self.current = None
+
+    def superseded(self, step: StepWork | None, reason: str, state: AIState) -> list[Event]:
+        """The event that ends ``step``, cancelled for a pause now or a retry, if it still runs."""
+        active = state.active
+        if step is None or active is None or active.step is None:
+            return []
+        if active.step.id != step.step_id or active.step.status != "running":
+            return []
+        return [
+            Event("", ai.STEP_SUPERSEDED, {"stepId": step.step_id, "reason": reason, "restart": reason == "paused"})
+        ]
+
+    def prepare(self, effect: RunStep, state: AIState) -> tuple[list[Event], Callable[[AIState], StepWork] | None]:
+        """The events that start a model step, and how to start its task (from the state they make)."""
+        host = self.host
+        started: JsonObject = {
+            "turnId": effect.turn_id,
+            "stepId": effect.step_id,
+            "turnStep": effect.turn_step,
+            "sessionStep": effect.session_step,
+            "attempt": effect.attempt,
+        }
+        context = ResolverContext(state, host.session_id, effect.turn_id, effect.turn_step)
+        try:
+            model = host.agent.resolve_model(context)
+            instructions = host.agent.resolve_instructions(context)
+        except Exception as error:  # a resolver that raises fails the turn with its message
+            message = str(error) or type(error).__name__
+            return [
+                Event("", ai.STEP_STARTED, {**started, "model": ""}),
+                Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
+                Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
+            ], None
+
+        def start(planned: AIState) -> StepWork:
+            signal = CancelSignal()
+            task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, signal, planned))
+            self.current = work = StepWork(effect.step_id, task, signal)
+            task.add_done_callback(lambda _: host._kick())
+            return work
+
+        return [Event("", ai.STEP_STARTED, {**started, "model": model.name})], start
+
+    async def _guarded_step(
+        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal, planned: AIState
+    ) -> None:
+        host = self.host
+        try:
+            await self._run_step(effect, model, instructions, signal, planned)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # a bug outside the model's stream must not leave the turn running forever
+            _log.exception("step_crashed", session_id=host.session_id, step_id=effect.step_id)
+            message = f"the model step could not run: {type(error).__name__}: {error}"
+            state = host.log.state
+            if state.active is None or state.active.id != effect.turn_id:
+                return
+            await host._append(
+                [
+                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
+                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
+                ]
+            )
+
+    async def _run_step(
+        self, effect: RunStep, model: ModelAdapter, instructions: str | None, signal: CancelSignal, planned: AIState
+    ) -> None:
+        """Stream one model step over ``planned`` (the state its start makes; it may not be written yet)."""
+        host = self.host
+        agent = host.agent
+        state = planned
+        active = state.active
+        if active is None:
+            return
+        try:
+            tools = await agent.list_tools(state.app)
+        except Exception as error:
+            message = f"listing tools failed: {error}"
+            await host._append(
+                [
+                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
+                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
+                ]
+            )
+            return
+        specs = [t.spec for t in tools] + agent.delegate_specs()
+        if agent.compaction is not None:
+            await self._maybe_compact(model, instructions, specs, signal)
+            state = host.log.state
+        messages = prompt_messages(state)
+        # The estimate calibrates compaction; without compaction it is not worth serializing the prompt.
+        estimate = estimate_tokens(messages, instructions, specs) if agent.compaction is not None else 0
+        request = ModelRequest(
+            messages=messages,
+            tools=specs,
+            instructions=instructions,
+            settings=dict(agent.settings),
+            session_id=host.session_id,
+            turn_index=active.index,
+            step_index=effect.turn_step,
+            session_step_index=effect.session_step,
+        )
+        stream = _StepStream(host, effect.step_id, host.pacer.clock)
+        if agent.message_metadata is not None:
+            meta = agent.message_metadata(MetadataContext("start", state))
+            if meta:
+                stream.add(MessageMetadata(dict(meta)))
+        calls: list[JsonValue] = []
+        usage: JsonObject | None = None
+        reason = "stop"
+        try:
+            async for part in model.stream(request, signal):
+                if type(part) is StepFinish:
+                    usage = dict(part.usage) if part.usage else None
+                    reason = part.finish_reason or reason
+                    continue
+                if type(part) is ToolCall:
+                    calls.append({"id": part.id, "name": part.name})
+                await stream.put(part)
+            if signal.cancelled:
+                stream.cancel()
+                return
+            if agent.message_metadata is not None:
+                meta = agent.message_metadata(MetadataContext("finish", host.log.state, usage, reason))
+                if meta:
+                    stream.add(MessageMetadata(dict(meta)))
+            finished: JsonObject = {"stepId": effect.step_id, "finishReason": reason, "toolCalls": calls}
+            if estimate:
+                finished["estimate"] = estimate
+            if usage is not None:
+                finished["usage"] = usage
+            await stream.close([Event("", ai.STEP_FINISHED, finished)])
+        except asyncio.CancelledError:
+            stream.cancel()
+            raise
+        except Exception as error:  # an adapter that throws becomes an error part with its message
+            code = error.code if isinstance(error, ModelError) else None
+            message = error.message if isinstance(error, ModelError) else (str(error) or type(error).__name__)
+            failed: JsonObject = {"stepId": effect.step_id, "error": message}
+            ended: JsonObject = {"turnId": effect.turn_id, "outcome": "failed", "error": message}
+            if code is not None:
+                failed["code"] = ended["code"] = code
+            await stream.close([Event("", ai.STEP_FAILED, failed), Event("", ai.TURN_FINISHED, ended)])
+        finally:
+            stream.leave()  # however the step ended, it no longer streams
+
+    async def _maybe_compact(
+        self, model: ModelAdapter, instructions: str | None, specs: list[ToolSpec], signal: CancelSignal
+    ) -> None:
+        host = self.host
+        config = host.agent.compaction
+        assert config is not None
+        state = host.log.state
+        messages = prompt_messages(state)
+        estimate = calibrate(estimate_tokens(messages, instructions, specs), state, model.name)
+        cut = compaction_cut(state)
+        covered = (
+            state.compaction.through if state.compaction is not None and state.compaction.status == "completed" else 0
+        )
+        if estimate <= config.threshold_tokens or cut <= covered:
+            return
+        compaction_id = f"{state.active.id if state.active else 'c'}.compaction.{state.session_steps}"
+        base: JsonObject = {"id": compaction_id, "inputTokens": estimate, "thresholdTokens": config.threshold_tokens}
+        await host._append([Event("", ai.COMPACTION, {**base, "status": "running"})])
+        summary_instructions = SUMMARY_INSTRUCTIONS + (f"\n{config.instructions}" if config.instructions else "")
+        previous = prompt_messages(state)
+        to_cover = previous[: len(previous) - (len(state.messages) - cut)]
+        request = ModelRequest(
+            to_cover, specs, summary_instructions, dict(host.agent.settings), host.session_id, purpose="compact"
+        )
+        text: list[str] = []
+        usage: JsonValue = None
+        try:
+            async for part in model.stream(request, signal):
+                if type(part) is TextDelta:
+                    text.append(part.delta)
+                elif type(part) is StepFinish:
+                    usage = dict(part.usage) if part.usage else None
+                elif type(part) is ToolCall:
+                    raise ModelError("the summary request answered with a tool call instead of a summary")
+            summary = "".join(text).strip()
+            if not summary:
+                raise ModelError("the summary request returned an empty summary")
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            # A failed summary leaves the context as it was.
+            await host._append([Event("", ai.COMPACTION, {**base, "status": "failed", "error": str(error)})])
+            return
+        done: JsonObject = {**base, "status": "completed", "summary": summary, "through": cut}
+        if usage is not None:
+            done["usage"] = usage
+        await host._append([Event("", ai.COMPACTION, done)])
+
+
+class _StepStream:
+    """The running step's buffer: flushed on size, on a timer, and at the end of the step."""
+
+    def __init__(self, runner: StepHost, step_id: str, clock: Clock) -> None:
+        self.runner = runner
+        self.step_id = step_id
+        self.clock = clock
+        """Where the flush timer runs (the pacer's: the loop's, or a test's fake)."""
+        self.parts: list[AgentStreamPart] = []
+        self.timer: Timer | None = None
+        self.flushing: asyncio.Task[None] | None = None
+        self.interval = runner.flush_interval  # the first text goes out fast; later batches grow
+        self.pacer: StreamPacer | None = runner.pacer
+        self.pacer.enter()
+
+    def add(self, part: AgentStreamPart) -> None:
+        self.parts.append(part)
+
+    async def put(self, part: AgentStreamPart) -> None:
+        parts = self.parts
+        parts.append(part)
+        if len(parts) >= self.runner.flush_parts:
+            await self._flush()
+        elif self.timer is None:
+            self.timer = self.clock.call_later(self.interval, self._on_timer)
+            if self.pacer is not None:
+                self.interval = self.pacer.interval(self.runner.flush_every)
+
+    def _on_timer(self) -> None:
+        self.timer = None
+        if self.parts and (self.flushing is None or self.flushing.done()):
+            self.flushing = asyncio.ensure_future(self._flush())
+
+    def _take(self) -> tuple[AgentStreamPart, ...]:
+        parts, self.parts = self.parts, []
+        return tuple(coalesce(parts))  # typed: the fold applies them as they are; the store encodes once
+
+    async def _flush(self, extra: Sequence[Event] = ()) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        parts = self._take()
+        events = [Event("", ai.STREAM, data=Stream(self.step_id, parts=parts))] if parts else []
+        if events or extra:
+            # Queued with whatever else the session writes next; if the step was stopped or
+            # superseded meanwhile, these are dropped when the write is assembled.
+            await self.runner._append([*events, *extra])
+
+    async def close(self, final: Sequence[Event]) -> None:
+        """Flush what is left together with the step's final events, in one batch."""
+        self.leave()
+        if self.flushing is not None and not self.flushing.done():
+            await self.flushing
+        await self._flush(final)
+
+    def cancel(self) -> None:
+        self.leave()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def leave(self) -> None:
+        """The step no longer streams: its share of the write budget goes back (once)."""
+        if self.pacer is not None:
+            self.pacer.leave()
+            self.pacer = None
+
+
+def stale(state: AIState, event: Event) -> bool:
+    """A stream flush or step end whose step is no longer the running one."""
+    kind = event.type
+    if kind not in (ai.STREAM, ai.STEP_FINISHED, ai.STEP_FAILED) or "callId" in event.payload:
+        return False
+    active = state.active
+    step = active.step if active is not None else None
+    return step is None or step.id != event.payload.get("stepId") or step.status != "running"

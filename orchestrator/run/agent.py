@@ -109,9 +109,12 @@ class Compaction:
     larger ``max_output_tokens`` setting. The first generation with each model records
     ``ai.model.metadata.requested``; the lookup records ``ai.model.metadata.resolved`` without
     delaying the generation, and the session does not compact before it lands (so an oversized
-    first prompt is sent as it is). A model the catalog does not know never compacts by default:
-    set ``threshold_tokens``. ``Agent(compaction=False)`` turns compaction and the lookup off
-    (recorded summaries are kept).
+    first prompt is sent as it is). A model the catalog does not know (``unavailable``) never
+    compacts by default, and neither does an adapter that takes no part in the catalog (any
+    adapter but ``OpenAIChatModel``; the scripted and function models unless given a
+    ``context_window``), with no lookup: set ``threshold_tokens``. ``Agent(compaction=False)``
+    turns compaction and the lookup off (recorded summaries are kept). The summary request runs
+    no ``message_metadata`` hook and no tool.
 
     Settings that force the answer's shape (a ``tool_choice`` other than ``auto``/``none``, a
     ``response_format`` other than text) would force the summary's too: automatic compaction

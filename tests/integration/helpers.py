@@ -194,3 +194,15 @@ def approving_tree() -> Agent:
         ),
         agents=[researcher],
     )
+
+
+def approval_waiter() -> Agent:
+    """Every turn asks to delete a file and waits on its approval, then answers "done"."""
+
+    @tool(needs_approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    steps: list[list[dict[str, Any]]] = [[{"tool": "delete_file", "input": {"path": "a"}}], [{"text": "done"}]]
+    return Agent("waiter", "Wait.", ScriptedModel(steps, per_turn=True), tools=[delete_file])

@@ -110,13 +110,47 @@ class StopResult:
 
 
 class Turn:
-    """A prompt in flight: ``await turn.finished`` resolves when its turn ends."""
+    """A prompt in flight: ``await turn.finished`` resolves when its turn ends.
+
+    Its controls are bound to its own turn, the one that admitted the prompt: ``stop()`` and
+    ``steer()`` never reach a turn that started after it, and ``stop()`` once that turn has
+    ended is ``stale-turn``.
+    """
 
     def __init__(self, session: Session, input_id: str, receipt: Receipt | None) -> None:
         self.session = session
         self.id = input_id
         self.receipt = receipt
         self._finished: asyncio.Task[TurnOutcome] | None = None
+        self._turn_id: str | None = None
+
+    async def turn_id(self) -> str | None:
+        """The id of the turn that admitted this prompt; ``None`` while it waits in the inbox (or was removed)."""
+        if self._turn_id is None:  # once admitted, it never changes
+            self._turn_id = await self.session._call("turn_of", self.id)
+        return self._turn_id
+
+    async def stop(self, *, cancel_queued: bool = False, id: str | None = None) -> StopResult:
+        """Stop this prompt's turn: ``stale-turn`` once it has ended.
+
+        While the prompt still waits in the inbox there is no turn to stop: nothing is written
+        (``receipt`` is ``None``; ``session.queue.remove`` takes it out of the queue).
+        """
+        turn_id = await self.turn_id()
+        if turn_id is None:
+            return StopResult(None, 0)
+        return await self.session.stop(turn_id=turn_id, cancel_queued=cancel_queued, id=id)
+
+    async def steer(self, text: str, *, id: str | None = None) -> Receipt:
+        """Redirect this prompt's turn after its current response and tools.
+
+        Once that turn has ended (or while the prompt still waits in the inbox), ``text`` is sent
+        like ``session.send``: steering is never lost, and never reaches another turn.
+        """
+        turn_id = await self.turn_id()
+        if turn_id is None:
+            return await self.session.send(text, id=id)
+        return await self.session.steer(text, id=id, turn_id=turn_id)
 
     @property
     def finished(self) -> asyncio.Task[TurnOutcome]:
@@ -137,7 +171,11 @@ class Queue:
         return await self._session._command(EditInput(id or new_id("edit"), input_id, text, role))
 
     async def move(self, input_id: str, before_id: str | None = None, *, id: str | None = None) -> Receipt:
-        """Move a pending input before ``before_id`` (``None``: to the end)."""
+        """Move a pending input before ``before_id`` (``None``: to the end).
+
+        Moving an input before itself leaves the queue as it is and is ``applied`` (it already is
+        there). ``not-pending`` when either input is not in the queue.
+        """
         return await self._session._command(MoveInput(id or new_id("move"), input_id, before_id))
 
     async def remove(self, input_id: str, *, id: str | None = None) -> Receipt:
@@ -145,7 +183,11 @@ class Queue:
         return await self._session._command(RemoveInput(id or new_id("remove"), input_id))
 
     async def send_now(self, input_id: str, turn_id: str | None = None, *, id: str | None = None) -> Receipt:
-        """Hand a queued input off to the active (or the observed) turn."""
+        """Hand a queued input off to the observed turn ``turn_id`` (``None``: whatever is active).
+
+        ``stale-turn`` (the queue unchanged) once ``turn_id`` has ended. While the session is
+        paused the input waits first in the queue until ``resume``.
+        """
         return await self._session._command(SendNow(id or new_id("sendnow"), input_id, turn_id))
 
 
@@ -191,23 +233,48 @@ class Session:
         return Turn(self, input_id, receipt)
 
     async def steer(self, text: str, *, id: str | None = None, turn_id: str | None = None) -> Receipt:
-        """Redirect the active turn after its current response and tools (sends when none is active)."""
+        """Redirect the turn ``turn_id`` after its current response and tools.
+
+        ``turn_id`` is the turn the caller saw (``Turn.steer`` passes its own); once it has
+        ended, ``text`` is sent like ``send`` instead. Without it, the host steers whatever turn
+        is active when the call arrives (and sends when none is). Idempotent by ``id``: a repeat
+        returns the first receipt, even after the active turn changed.
+        """
         receipt: Receipt = await self._call("steer", id or new_id("steer"), text, turn_id)
         return receipt
 
-    async def stop(self, *, cancel_queued: bool = False, id: str | None = None) -> StopResult:
-        """End the active turn now; open calls are cancelled. Returns how many queued prompts it cancelled."""
-        receipt, cancelled = await self._call("stop", id or new_id("stop"), cancel_queued)
+    async def stop(
+        self, *, turn_id: str | None = None, cancel_queued: bool = False, id: str | None = None
+    ) -> StopResult:
+        """End the turn now; open calls are cancelled. Returns how many queued prompts it cancelled.
+
+        ``turn_id`` is the turn the caller saw (``Turn.stop`` passes its own): once it has
+        ended the stop is ``stale-turn`` and changes nothing, so a late click never stops the
+        next turn. Without it, the stop ends whatever turn is active when the call arrives
+        (``receipt`` is ``None`` when none is). Idempotent by ``id``: a repeat returns the first
+        receipt and count, even after the active turn changed.
+        """
+        receipt, cancelled = await self._call("stop", id or new_id("stop"), cancel_queued, turn_id)
         return StopResult(receipt, cancelled)
 
-    async def retry(self, *, id: str | None = None) -> Receipt:
-        """Resume from the last finished tool call (supersedes a running turn)."""
-        return await self._command(RetryTurn(id or new_id("retry")))
+    async def retry(self, *, turn_id: str | None = None, id: str | None = None) -> Receipt:
+        """Resume from the last finished tool call (supersedes a running turn).
+
+        ``turn_id`` is the turn the caller saw (the active one, or the last to end): once
+        another turn has started since, the retry is ``stale-turn``. Without it, the latest
+        turn is retried.
+        """
+        return await self._command(RetryTurn(id or new_id("retry"), turn_id))
 
     async def pause(
         self, when: Literal["after-turn", "now"] = "after-turn", *, tree: bool = True, id: str | None = None
     ) -> Receipt:
-        """Pause this session (and, with ``tree``, its running sub-agents)."""
+        """Pause this session (and, with ``tree``, its running sub-agents).
+
+        ``after-turn`` closes admission and lets the active turn finish; ``now`` also cancels its
+        current model and tool work. Either way steering and Send now wait, first in the queue,
+        until ``resume``: a turn they target stops at the handoff point and goes ``paused``.
+        """
         receipt = await self._command(PauseSession(id or new_id("pause"), when))
         if tree:
             await self.runtime.transport.control_tree(self.id, "pause", when)

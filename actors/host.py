@@ -36,10 +36,12 @@ from actors.errors import SessionMoved
 from actors.hub import MutationHub, WaitFailed
 from actors.registry import AgentRegistry
 from actors.subagents import SubAgents
-from orchestrator.core.aistate import AIState
+from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.commands import Command, SendInput, StopTurn
+from orchestrator.core.errors import PartialDuplicateBatch
 from orchestrator.core.events import Event
 from orchestrator.core.mutations import diff
+from orchestrator.core.payloads import CommandPayload, Input, TurnStop
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
 from orchestrator.run.gc_tuning import tune_gc
 from orchestrator.run.log import Applied
@@ -351,24 +353,64 @@ class SessionHost:
         return receipts
 
     async def steer(self, session_id: str, agent_key: str, input_id: str, text: str, turn_id: str | None) -> Any:
-        """Steer the turn the caller observed (default: the active one), or send when none is; by ``input_id``."""
-        hosted = await self.activate(session_id, agent_key)
-        active = hosted.runner.state.active
-        observed = turn_id if turn_id is not None else (active.id if active is not None else None)
-        decision = await hosted.runner.submit(SendInput(input_id, text, steer=observed))
-        return decision.receipt
+        """Steer the turn the caller observed (default: the active one), or send when none is; by ``input_id``.
 
-    async def stop(self, session_id: str, agent_key: str, command_id: str, cancel_queued: bool) -> tuple[Any, int]:
-        """Stop the active turn (idempotent by ``command_id``): the receipt and the queued inputs it cancelled."""
+        Idempotent by ``input_id``: a repeat returns the first receipt even when the active turn
+        has changed since (the turn filled in is not part of what the caller said).
+        """
         hosted = await self.activate(session_id, agent_key)
-        state = hosted.runner.state
+        runner = hosted.runner
+        active = runner.state.active
+        observed = turn_id if turn_id is not None else (active.id if active is not None else None)
+        receipt = (await runner.submit(SendInput(input_id, text, steer=observed))).receipt
+        if receipt is not None and receipt.reason == PartialDuplicateBatch.code:
+            first = await runner.recorded(input_id)
+            if first is not None and _same_steer(first.payload, text, turn_id):
+                return first.receipt
+        return receipt
+
+    async def stop(
+        self, session_id: str, agent_key: str, command_id: str, cancel_queued: bool, turn_id: str | None = None
+    ) -> tuple[Any, int]:
+        """Stop the turn ``turn_id`` (``stale-turn`` once it has ended), or with ``None`` the active one.
+
+        Returns the receipt (``None``: no turn was active, nothing written) and the queued inputs
+        it cancelled. Idempotent by ``command_id``: a repeat returns the first receipt and count,
+        even when the active turn has changed since.
+        """
+        hosted = await self.activate(session_id, agent_key)
+        runner = hosted.runner
+        state = runner.state
         active = state.active
-        if active is None:
-            return None, 0
-        items = state.inbox.items
-        cancelled = len(items) if cancel_queued else sum(1 for i in items if i.after_step_of == active.id)
-        decision = await hosted.runner.submit(StopTurn(command_id, active.id, cancel_queued))
-        return decision.receipt, cancelled if decision.applied else 0
+        target = turn_id if turn_id is not None else (active.id if active is not None else None)
+        if target is not None:
+            cancelled = _cancelled(state, target, cancel_queued)
+            decision = await runner.submit(StopTurn(command_id, target, cancel_queued))
+            if decision.events:  # decided now
+                return decision.receipt, cancelled if decision.applied else 0
+        elif state.last_turn is None:
+            return None, 0  # no turn has ever ended: no stop can be stored under this id
+        # A repeat of a stop already stored (or, with no turn active, possibly nothing to stop).
+        reused = Receipt(command_id, "rejected", PartialDuplicateBatch.code)
+        first = await runner.recorded(command_id)
+        if first is None:
+            return (None, 0) if target is None else (reused, 0)
+        stored = first.payload
+        if (
+            not isinstance(stored, TurnStop)
+            or stored.cancel_queued != cancel_queued
+            or (turn_id is not None and stored.turn_id != turn_id)
+        ):
+            return reused, 0
+        if first.receipt.outcome != "applied" or stored.turn_id is None:
+            return first.receipt, 0
+        before, _ = await runner.log.state_at(through=first.index - 1)
+        return first.receipt, _cancelled(before, stored.turn_id, cancel_queued)
+
+    async def turn_of(self, session_id: str, agent_key: str, input_id: str) -> str | None:
+        """The turn that admitted input ``input_id`` (``None`` while it waits in the inbox, or never admitted)."""
+        hosted = await self.activate(session_id, agent_key)
+        return await hosted.runner.turn_of(input_id)
 
     async def push(self, session_id: str, agent_key: str, events: list[Event], trusted: bool) -> int:
         """Append app events; returns the log index after them."""
@@ -480,6 +522,21 @@ class SessionHost:
             await self.deactivate(session_id)
         await self.directory.close()
         await self.store.close()
+
+
+def _same_steer(stored: CommandPayload, text: str, turn_id: str | None) -> bool:
+    """Whether ``stored`` is the steering a caller resends (``turn_id``: the turn it named, if any)."""
+    if not isinstance(stored, Input) or stored.role != "user" or stored.text != text or not stored.generate:
+        return False
+    return turn_id is None or stored.steer in (turn_id, None)
+
+
+def _cancelled(state: AIState, turn_id: str, cancel_queued: bool) -> int:
+    """The queued inputs a stop of ``turn_id`` cancels in ``state`` (none when it is not active)."""
+    if state.active is None or state.active.id != turn_id:
+        return 0
+    items = state.inbox.items
+    return len(items) if cancel_queued else sum(1 for i in items if i.after_step_of == turn_id)
 
 
 def _with_writer(url: str, writer: str) -> str:

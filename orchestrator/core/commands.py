@@ -5,6 +5,12 @@ id), followed by an ``ai.control.decided`` event saying whether it was applied o
 why. A rejection (``not-pending``, ``stale-turn``, ``role-mismatch``, ``not-user-input``,
 ``nothing-to-retry``) is a normal result, not an exception. A malformed command (an empty
 text, a reserved id) is a ``UsageError`` raised before anything is written.
+
+Turn-scoped commands name the turn the caller observed (``turn_id``; steering: ``steer``). A
+stop, a Send now or a retry aimed at a turn that is over is ``stale-turn`` and changes nothing,
+so a late click never reaches the next turn. Steering aimed at a turn that is over is sent like
+a plain input instead (as steering with no active turn is): its text is never lost. Without a
+turn id, each addresses whatever turn is active when it is decided.
 """
 
 from __future__ import annotations
@@ -68,7 +74,7 @@ class EditInput:
 
 @dataclass(frozen=True, slots=True)
 class MoveInput:
-    """Move a pending input before another (``before_id=None``: to the end)."""
+    """Move a pending input before another (``before_id=None``: to the end; itself: a no-op, applied)."""
 
     id: str
     input_id: str
@@ -99,6 +105,7 @@ class StopTurn:
 
     id: str
     turn_id: str | None = None
+    """The turn the caller observed: ``stale-turn`` once it has ended; ``None`` stops whatever is active."""
     cancel_queued: bool = False
 
 
@@ -107,6 +114,11 @@ class RetryTurn:
     """Resume from the last finished tool call (supersedes a running turn)."""
 
     id: str
+    turn_id: str | None = None
+    """The turn the caller observed: the active one, or the last to end when none is active.
+
+    ``stale-turn`` once another turn has started since; ``None`` retries whatever is latest.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +197,7 @@ def _command_payload(command: Command) -> CommandPayload:
         case StopTurn():
             return p.TurnStop(command.turn_id, command.cancel_queued)
         case RetryTurn():
-            return p.TurnRetry()
+            return p.TurnRetry(command.turn_id)
         case PauseSession():
             return p.Pause(command.when)
         case ResumeSession():
@@ -275,6 +287,8 @@ def decide(state: AIState, command: Command, at: float = 0.0) -> Decision:
         case RetryTurn():
             if not any(m.role == "user" for m in state.messages):
                 return rejected("nothing-to-retry")
+            if command.turn_id is not None and command.turn_id != _latest_turn(state):
+                return rejected("stale-turn")
             return applied()
         case PauseSession() | ResumeSession():
             return applied()
@@ -285,3 +299,10 @@ def decide(state: AIState, command: Command, at: float = 0.0) -> Decision:
             return applied()
         case _:
             assert_never(command)
+
+
+def _latest_turn(state: AIState) -> str | None:
+    """The turn a retry addresses: the active one, else the last to end."""
+    if state.active is not None:
+        return state.active.id
+    return state.last_turn[0] if state.last_turn is not None else None

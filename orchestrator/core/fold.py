@@ -312,8 +312,8 @@ def _apply_input(state: AIState, command_id: str, body: Input) -> tuple[AIState,
 
 def _apply_move(state: AIState, body: InputMove) -> tuple[AIState, list[SessionAction]]:
     item = state.inbox.get(body.input_id)
-    if item is None:
-        return state, []
+    if item is None or body.before_id == body.input_id:
+        return state, []  # before itself: it is already there (a no-op, applied)
     rest = _without(state.inbox.items, [body.input_id])
     before = body.before_id
     at = next((i for i, x in enumerate(rest) if x.id == before), len(rest)) if before is not None else len(rest)
@@ -423,7 +423,10 @@ def _on_turn_phase(state: AIState, p: TurnPhaseChanged) -> tuple[AIState, list[S
     active = state.active
     if active is None or active.id != p.turn_id:
         return state, []
-    return state.with_(active=replace(active, phase=p.phase)), []
+    paused_from = active.paused_from
+    if p.phase == "paused" and paused_from is None and active.phase not in ("pausing", "paused"):
+        paused_from = active.phase  # held at a handoff by a pause after the turn: resume into it
+    return state.with_(active=replace(active, phase=p.phase, paused_from=paused_from)), []
 
 
 def _on_turn_finished(state: AIState, p: TurnFinished) -> tuple[AIState, list[SessionAction]]:

@@ -207,6 +207,9 @@ class TurnStop:
 class TurnRetry:
     """``ai.turn.retry``: resume from the last finished tool call."""
 
+    turn_id: str | None = None
+    """The turn the caller observed (active, or the last to end); left out when none."""
+
     type: ClassVar[Literal["ai.turn.retry"]] = "ai.turn.retry"
     __pydantic_config__ = _CONFIG
 

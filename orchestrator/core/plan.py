@@ -6,6 +6,11 @@ piece of work for the executor (run a model step, run a tool), or nothing while 
 (for a model, a tool, an approval or input). The executor appends, folds, and asks again; after
 a crash the same question over the recovered state picks up where the log left off.
 
+Pause holds every admission, a handoff included: steering or Send now aimed at a turn while the
+session is paused (``pause(when="after-turn")`` too) does not start a new turn. The turn stops at
+the handoff point (its response's tools done, before another model step) and goes ``paused``;
+its steering stays first in the queue, and on Resume it all enters together as one turn.
+
 Lifecycle events are returned without ids: the session log gives every server event an id
 derived from its session and log index, so a retried append is an idempotent replay.
 """
@@ -133,6 +138,10 @@ def next_effect(state: AIState, limits: Limits | None = None) -> Effect | None:
     tools = _turn_tools(state, active)
     steering = [i for i in state.inbox.items if i.after_step_of == active.id]
     if steering and _ready_to_hand_off(active, tools):
+        if state.inbox.paused:
+            # Pause holds admission, and the handoff admits the steering: the turn waits at the
+            # handoff point, paused, with its steering first in the queue until Resume.
+            return Append((_event(TurnPhaseChanged(active.id, "paused")),))
         return Append((_event(TurnFinished(active.id, "handed-off")), _start_turn(state, steering)))
     for record in tools:
         if record.final:

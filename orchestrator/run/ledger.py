@@ -9,12 +9,14 @@ from the log and merging it in (``merge``), a rare and slow path.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.contract import Contract
 from orchestrator.core.fold import initial_state
-from orchestrator.core.turn import TurnOutcome
+from orchestrator.core.payloads import TurnFinished
+from orchestrator.core.turn import TurnOutcome, TurnOutcomeKind
 from orchestrator.run.log import Applied, SessionLog
 
 __all__ = ["TurnLedger"]
@@ -29,6 +31,8 @@ class TurnLedger:
         self.outcomes: dict[str, TurnOutcome] = {}
         self.submitted: set[str] = set()
         self.reply_of: dict[str, str] = {}
+        self.reasons: dict[str, str] = {}
+        """Turn id -> the reason its ``ai.turn.finished`` gave, until the turn's outcome is made."""
         self.last_turn = state.last_turn
         if state.active is not None:
             self.reply_of[state.active.id] = state.active.message_id
@@ -88,11 +92,18 @@ class TurnLedger:
                     self.turn_of[str(input_id)] = turn_id
             elif event.type == ai.INPUT:
                 self.submitted.add(event.id)
+            elif isinstance(event.data, TurnFinished):
+                data = event.data
+                reason = data.code if data.outcome == "failed" else data.reason
+                if reason is not None:
+                    self.reasons[data.turn_id] = reason
         if state.last_turn is not None and state.last_turn != self.last_turn:
             turn_id, outcome = state.last_turn
             reply_id = self.reply_of.get(turn_id)
             reply = next((m for m in reversed(state.messages) if m.id == reply_id), None)
             error = state.error.message if outcome == "failed" and state.error is not None else None
             text = reply.final_text if reply is not None else ""
-            self.outcomes[turn_id] = TurnOutcome(turn_id, outcome, text, error, index)
+            kind = cast(TurnOutcomeKind, outcome)  # the fold writes only the outcomes TurnFinished names
+            reason = self.reasons.pop(turn_id, None)
+            self.outcomes[turn_id] = TurnOutcome(turn_id, kind, text, error, index, reason)
         self.last_turn = state.last_turn

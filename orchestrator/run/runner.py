@@ -21,16 +21,17 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from orchestrator.core import event_types as ai
 from orchestrator.core._json import JsonObject
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.approvals import split_nested
 from orchestrator.core.commands import Command, Decision, Respond, decide
 from orchestrator.core.errors import ConcurrencyConflict, PartialDuplicateBatch, UsageError
 from orchestrator.core.events import Event, check_caller_event
+from orchestrator.core.payloads import CommandPayload, Decided
 from orchestrator.core.plan import Append, Cancel, Limits, RunStep, RunTool, next_effect
 from orchestrator.core.recovery import recover
 from orchestrator.core.turn import TurnOutcome
@@ -44,10 +45,22 @@ from orchestrator.run.steps import Steps, StepWork, stale
 from orchestrator.run.tool_calls import ToolCalls, recovery_policy
 from orchestrator.store.base import EventStore
 
-__all__ = ["Listener", "SessionRunner"]
+__all__ = ["Listener", "Recorded", "SessionRunner"]
 
 Listener = Callable[[Sequence[Applied], AIState, int], Awaitable[None]]
 """Told after every append: what was applied, the state after it, and its log index."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A command as the log holds it (``SessionRunner.recorded``)."""
+
+    payload: CommandPayload
+    """What was stored."""
+    receipt: Receipt
+    """How it was decided."""
+    index: int
+    """The log index of the command event."""
 
 
 class SessionRunner:
@@ -354,17 +367,31 @@ class SessionRunner:
         return decision
 
     async def _replayed(self, command_id: str, fallback: Decision) -> Decision:
+        found = await self.recorded(command_id)
+        return fallback if found is None else Decision((), found.receipt)
+
+    async def recorded(self, command_id: str) -> Recorded | None:
+        """The command this session stored under ``command_id`` and how it was decided, or ``None``.
+
+        Read from the log (a slow path, for resubmissions: a host that fills in part of a command,
+        such as the active turn, asks here before it calls a differing repeat a reuse).
+        """
         events = await self.log.store.read(self.session_id)
+        found: tuple[CommandPayload, int] | None = None
         for event in events:
-            if event.type == ai.DECIDED and event.payload.get("commandId") == command_id:
-                reason = event.payload.get("reason")
-                receipt = Receipt(
-                    command_id,
-                    "applied" if event.payload.get("outcome") == "applied" else "rejected",
-                    None if reason is None else str(reason),
-                )
-                return Decision((), receipt)
-        return fallback
+            data = event.data
+            if event.id == command_id and isinstance(data, CommandPayload):
+                found = (data, event.index)
+            elif found is not None and isinstance(data, Decided) and data.command_id == command_id:
+                return Recorded(found[0], Receipt(command_id, data.outcome, data.reason), found[1])
+        return None
+
+    async def turn_of(self, input_id: str) -> str | None:
+        """The turn that admitted input ``input_id``; ``None`` while it waits (or was never admitted)."""
+        ledger = self._ledger
+        if not ledger.knows(input_id, self.log.state):
+            ledger.merge(await TurnLedger.from_log(self.log, self.agent.contract))
+        return ledger.turn_of.get(input_id)
 
     async def push(self, events: Sequence[Event], *, trusted: bool = True) -> list[Applied]:
         """Append app events (``trusted``: server code; otherwise checked as a client's)."""

@@ -20,6 +20,8 @@ from orchestrator.core.events import Event
 from orchestrator.core.fold import fold_events
 from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
+from orchestrator.models.scripted import ScriptedModel
+from orchestrator.run.agent import Agent
 from orchestrator.store import open_store
 from orchestrator.testing import eventually
 from tools import Recovery, Tool, ToolContext, tool
@@ -152,3 +154,15 @@ def gated_model(gate: Any, text: str = "done") -> Any:
 def count_compact(context: Any) -> str:
     """A compaction written in code (it travels to the hosts by value, with this module)."""
     return f"{len(context.to_cover)} messages before turn {context.turn_id}"
+
+
+def approval_waiter() -> Agent:
+    """Every turn asks to delete a file and waits on its approval, then answers "done"."""
+
+    @tool(needs_approval=True)
+    async def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    steps: list[list[dict[str, Any]]] = [[{"tool": "delete_file", "input": {"path": "a"}}], [{"text": "done"}]]
+    return Agent("waiter", "Wait.", ScriptedModel(steps, per_turn=True), tools=[delete_file])

@@ -399,6 +399,27 @@ def test_steering_a_paused_turn_enters_together_on_resume_without_its_own_work()
     assert d.state.tools["c-1"].attempts == 0  # the paused turn's tool never ran
 
 
+def test_steering_during_pause_after_turn_holds_at_the_handoff_until_resume() -> None:
+    d = busy()
+    d.submit(SendInput("u-2", "queued"))
+    d.submit(PauseSession("p-1", "after-turn"))
+    d.submit(SendInput("s-1", "steer", steer="t1"))
+    d.tool_done()
+    assert turn(d).id == "t1" and turn(d).phase == "paused"  # no new turn while paused
+    assert queue(d) == ["s-1", "u-2"] and d.settle() is None
+    d.submit(ResumeSession("r-1"))
+    assert turn(d).id == "t2" and turn(d).input == ("s-1",)
+    assert d.state.last_turn == ("t1", "handed-off")
+
+
+def test_moving_an_input_before_itself_is_an_applied_no_op() -> None:
+    d = busy()
+    d.submit(SendInput("u-2", "a"))
+    d.submit(SendInput("u-3", "b"))
+    decision = d.submit(MoveInput("m-1", "u-2", "u-2"))
+    assert decision.applied and queue(d) == ["u-2", "u-3"]
+
+
 # -- retry -----------------------------------------------------------------------------------------
 
 

@@ -210,6 +210,22 @@ async def test_queue_steer_stop_pause_resume(client: httpx.AsyncClient, runtime:
     assert resume.json()["outcome"] == "applied" and (await queued()).json()["paused"] is False
 
 
+async def test_stop_and_retry_name_the_turn_the_client_saw(client: httpx.AsyncClient) -> None:
+    sid = await new_session(client)
+    done = await client.post(f"/api/sessions/{sid}/prompt", json={"text": "plain hi", "wait": True})
+    assert done.json()["turnId"] == "t1"
+    late = await client.post(f"/api/sessions/{sid}/stop", json={"turnId": "t1", "commandId": "stop-late"})
+    assert late.status_code == 200
+    assert late.json() == {
+        "receipt": {"commandId": "stop-late", "outcome": "rejected", "reason": "stale-turn"},
+        "cancelledQueuedPrompts": 0,
+    }
+    stale = await client.post(f"/api/sessions/{sid}/retry", json={"turnId": "t0"})
+    assert stale.json()["reason"] == "stale-turn"
+    retry = await client.post(f"/api/sessions/{sid}/retry", json={"turnId": "t1"})
+    assert retry.json()["outcome"] == "applied"
+
+
 async def test_respond_to_an_approval(client: httpx.AsyncClient, runtime: LocalRuntime) -> None:
     sid = await new_session(client)
     await client.post(f"/api/sessions/{sid}/messages", json={"text": "buy a mug"})

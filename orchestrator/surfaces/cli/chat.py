@@ -1,9 +1,9 @@
 """``troupe chat``: a terminal chat with one session, drawn live, with slash commands.
 
 Each line typed is a prompt (``session.prompt``) and the reply is drawn as it streams. Ctrl-C
-while a turn runs stops it (``session.stop()``); Ctrl-C at the prompt, or a second Ctrl-C within a
-second, leaves. A tool that needs approval returns you to the prompt: answer with ``/approve``
-or ``/deny``.
+while a turn runs stops it (``session.stop(turn_id=...)``: the turn drawn, never a later one);
+Ctrl-C at the prompt, or a second Ctrl-C within a second, leaves. A tool that needs approval
+returns you to the prompt: answer with ``/approve`` or ``/deny``.
 
 The loop is ``chat_loop(session, lines, console)``: lines come from any iterator (the terminal,
 a list in a test), output goes to any console, and Ctrl-C arrives through ``Interrupts.hit()``
@@ -300,7 +300,7 @@ class _Chat:
                     self.quit = True
                     return "quit"
                 self.console.print(Text("stopping the turn (Ctrl-C again to quit)", style="yellow"))
-                await self.session.stop()
+                await self.session.stop(turn_id=turn_id)  # the turn drawn: never one that started since
                 continue
             waiters = [
                 asyncio.ensure_future(self.live.changed.wait()),
@@ -393,9 +393,13 @@ class _Chat:
             case "/queue":
                 await self._queue()
             case "/stop":
-                stopped = await self.session.stop()
-                if stopped.receipt is None:
+                # The turn this chat shows, so a /stop typed as it ends never stops the next one.
+                running = self.turn.get("id") if self.turn is not None else None
+                stopped = await self.session.stop(turn_id=str(running)) if running is not None else None
+                if stopped is None or stopped.receipt is None:
                     self.console.print(Text("no turn is running", style="dim"))
+                elif stopped.receipt.reason == "stale-turn":
+                    self.console.print(Text(f"turn {running} had already ended", style="dim"))
                 elif not self._rejected(stopped.receipt, "/stop"):
                     await self._follow(start, before)
             case "/retry":
@@ -419,7 +423,8 @@ class _Chat:
                     return
                 if self.turn is None:
                     start = len(self.live.view.state.messages)
-                if not self._rejected(await self.session.steer(rest), "/steer"):
+                observed = str(self.turn["id"]) if self.turn is not None and "id" in self.turn else None
+                if not self._rejected(await self.session.steer(rest, turn_id=observed), "/steer"):
                     await self._follow(start, before)
             case "/approve" | "/deny":
                 await self._respond(name.lower() == "/approve", rest or None, start, before)

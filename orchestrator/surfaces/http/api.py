@@ -171,10 +171,10 @@ def session_router(ctx: Context) -> APIRouter:
 
     @router.post("/{session_id}/stop", response_model=StopResult, summary="Stop the active turn")
     async def stop(session: Owned, body: Annotated[StopRequest | None, Body()] = None) -> StopResult:
-        """End the active turn now (``receipt`` is null when none was active)."""
+        """End the turn ``turnId`` (default: the active one) now (``receipt`` is null when none was active)."""
         ctx.authorize(session.id, "stop")
         request = body or StopRequest()
-        result = await session.stop(cancel_queued=request.cancel_queued, id=request.command_id)
+        result = await session.stop(turn_id=request.turn_id, cancel_queued=request.cancel_queued, id=request.command_id)
         return StopResult(
             receipt=receipt_body(result.receipt), cancelled_queued_prompts=result.cancelled_queued_prompts
         )
@@ -183,7 +183,8 @@ def session_router(ctx: Context) -> APIRouter:
     async def retry(session: Owned, body: Annotated[RetryRequest | None, Body()] = None) -> ReceiptBody:
         """Resume from the last finished tool call (``nothing-to-retry`` when there is no user input)."""
         ctx.authorize(session.id, "retry")
-        return _receipt(await session.retry(id=body.command_id if body is not None else None))
+        request = body or RetryRequest()
+        return _receipt(await session.retry(turn_id=request.turn_id, id=request.command_id))
 
     @router.post("/{session_id}/steer", response_model=ReceiptBody, summary="Steer the active turn")
     async def steer(session: Owned, body: SteerRequest) -> ReceiptBody:

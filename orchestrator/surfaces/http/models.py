@@ -204,10 +204,18 @@ class PromptResult(_Out):
 
 
 class StopRequest(_Body):
-    """End the active turn now."""
+    """End the turn the client saw now (default: whatever turn is active)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"turnId": "t1", "commandId": "stop-1"}]})
 
     cancel_queued: bool = Field(default=False, description="Also cancel every queued input.")
     command_id: ClientId | None = None
+    turn_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The turn the client saw: `stale-turn` once it has ended, so a late click never stops "
+        "the next turn. Without it, the stop ends whatever turn is active.",
+    )
 
 
 class StopResult(_Out):
@@ -227,6 +235,12 @@ class RetryRequest(_Body):
     """Resume from the last finished tool call (supersedes a running turn)."""
 
     command_id: ClientId | None = None
+    turn_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The turn the client saw (active, or the last to end): `stale-turn` once another turn "
+        "has started. Without it, the latest turn is retried.",
+    )
 
 
 class SteerRequest(_Body):
@@ -236,7 +250,11 @@ class SteerRequest(_Body):
 
     text: Text
     id: ClientId | None = None
-    turn_id: str | None = Field(default=None, description="The turn the client saw (default: the active one).")
+    turn_id: str | None = Field(
+        default=None,
+        description="The turn the client saw (default: whatever turn is active); once it has ended, the text is "
+        "sent like a message.",
+    )
 
 
 class QueueRequest(_Body):
@@ -262,9 +280,11 @@ class MoveRequest(QueueRequest):
 
 
 class SendNowRequest(QueueRequest):
-    """Hand a queued input off to the active turn."""
+    """Hand a queued input off to the turn the client saw (default: whatever turn is active)."""
 
-    turn_id: str | None = None
+    turn_id: str | None = Field(
+        default=None, description="The turn the client saw: `stale-turn` (the queue unchanged) once it has ended."
+    )
 
 
 class PauseRequest(_Body):

@@ -15,6 +15,7 @@ from typing import Any
 from actors.client import Session, Subscription
 from actors.host import TURN_WAIT_LIMIT
 from actors.hub import WaitFailed
+from actors.logs import default_logging
 from actors.poller import Poller
 from actors.transport import Transport
 from orchestrator.core.errors import UsageError
@@ -32,6 +33,7 @@ class BaseRuntime:
     store: EventStore
 
     def __init__(self) -> None:
+        default_logging()  # stderr, warnings: unless the program configured structlog (actors.logs)
         self._agents: dict[int, tuple[str, Agent]] = {}
         self._registered: set[str] = set()
         self._pollers: dict[str, Poller] = {}

@@ -34,6 +34,7 @@ from actors.cluster import Cluster
 from actors.directory import HostDirectory
 from actors.errors import SessionMoved
 from actors.hub import MutationHub, WaitFailed
+from actors.logs import default_logging
 from actors.registry import AgentRegistry
 from actors.subagents import SubAgents
 from orchestrator.core.aistate import AIState, Receipt
@@ -113,6 +114,7 @@ class SessionHost:
         self, name: str, options: HostOptions, cluster: ClusterFactory, *, store: EventStore | None = None
     ) -> None:
         if not options.extra.get("local"):
+            default_logging()  # a process of its own: stderr, warnings, unless configured (actors.logs)
             tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.run.gc_tuning)
         self.name = name
         self.options = options

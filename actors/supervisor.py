@@ -25,6 +25,7 @@ import ray
 import structlog
 
 from actors.host import SessionHost
+from actors.logs import default_logging
 from actors.options import ACTOR_ERRORS, host_actor
 from actors.ray_cluster import RayCluster
 from actors.router import Router
@@ -56,6 +57,7 @@ class Supervisor:
     """The directory, host watching and recovery, tree pause/resume (see the module docstring)."""
 
     def __init__(self, namespace: str, hosts: Sequence[str], placement: str, host_options: Any, warm: int = 2) -> None:
+        default_logging()  # a process of its own: stderr, warnings, unless configured (actors.logs)
         self.namespace = namespace
         self.hosts = list(hosts)
         self.placement = placement

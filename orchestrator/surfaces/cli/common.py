@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -125,33 +124,14 @@ class TroupeGroup(TyperGroup):
 # -- logging -----------------------------------------------------------------------------------------
 
 
-def _stderr_logger(*_: object) -> Any:
-    import structlog
-
-    return structlog.PrintLogger(sys.stderr)  # looked up per logger: follows a swapped sys.stderr
-
-
 def configure_logging(format: LogFormat = "console", level: LogLevel = "warning") -> None:
-    """Send structlog's output to stderr: key-value lines for people, or one JSON object a line."""
-    import structlog
+    """Send structlog's output to stderr: key-value lines for people, or one JSON object a line.
 
-    renderer: Any
-    if format == "json":
-        renderer = structlog.processors.JSONRenderer()
-    else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.dict_tracebacks if format == "json" else structlog.dev.set_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=_stderr_logger,
-        cache_logger_on_first_use=False,
-    )
+    The Ray processes this one starts log the same way (see ``actors.logs``).
+    """
+    from actors.logs import configure
+
+    configure(format, level)
 
 
 # -- configs and stores --------------------------------------------------------------------------------

@@ -1,0 +1,325 @@
+"""``LiveView``: subscribe, then snapshot, then merge; a local copy of a session that stays current.
+
+What the view sends shows at once (``orchestrator.core.optimistic``) until the server confirms it.
+
+It wraps a ``Session`` (``session.live()`` makes one); it names the client's types for the type
+checker only, so at run time only ``actors.client`` imports this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from orchestrator.core.aistate import ActiveTurn, AIState, Inbox, InboxItem, Interaction, Receipt, StepState
+from orchestrator.core.commands import (
+    Command,
+    EditInput,
+    MoveInput,
+    RemoveInput,
+    SendInput,
+    SendNow,
+    StopTurn,
+    check_command,
+)
+from orchestrator.core.ids import new_id
+from orchestrator.core.mutations import ClientView
+from orchestrator.core.optimistic import optimistic, settled
+from orchestrator.core.parts import Role
+
+if TYPE_CHECKING:
+    from actors.client import Mutation, Session, StopResult, Subscription, Turn
+
+__all__ = ["LiveQueue", "LiveView"]
+
+R = TypeVar("R")
+
+
+class LiveView:
+    """Subscribe, then snapshot, then merge: a local copy of a session that stays current.
+
+    Three views of the same session:
+
+    - ``view``: the conversation as the mutations have it (a ``ClientView``; ``wait_for``).
+    - ``confirmed``: the server's ``AIState`` as this client knows it. The conversation, the
+      inbox, the active and the last turn, the approvals and the app state follow every
+      mutation; the rest (tool records, usage, compaction) is as of the last snapshot.
+    - ``state``: what to render, ``confirmed`` plus the commands this view sent that the server
+      has not confirmed yet (``orchestrator.core.optimistic``). Send through the view
+      (``send``, ``prompt``, ``steer``, ``stop``, ``queue``) and the input shows at once: an idle,
+      unpaused send in ``state.messages`` with ``state.starting`` true, a later send or one while
+      paused in ``state.inbox.items``, steering and Send now for the active turn after its
+      current response, and a Stop clears ``state.active``.
+
+    A command stays pending until its receipt is back *and* a mutation shows its effect, so the
+    display never falls back to the state before the command while its events are on the way;
+    a rejected command (or a call that raised) is dropped at once, which rolls its optimistic
+    effect back. ``changed`` is set whenever ``state`` may have changed (a batch arrived, or a
+    pending command came or went); ``wait_state`` waits on it.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.view = ClientView()
+        self.changed = asyncio.Event()
+        self.queue = LiveQueue(self)
+        self._subscription: Subscription | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []
+        self._known = AIState()  # the snapshot, kept current from mutations (but the conversation)
+        self._pending: list[Command] = []
+        self._answered: set[str] = set()  # pending commands whose receipt came back applied
+        self._shown: AIState | None = None  # ``state``, computed when read
+
+    async def start(self) -> None:
+        """Subscribe first, then load the snapshot, then apply what arrived after it."""
+        self._subscription = self.session.subscribe()
+        await self._subscription.ready()
+        await self._snapshot()
+        self._task = asyncio.ensure_future(self._run())
+
+    # -- the three views -----------------------------------------------------------------------------
+
+    @property
+    def confirmed(self) -> AIState:
+        """The server's state as the mutations so far have it (no pending command in it)."""
+        known = self._known
+        if known.session is not self.view.state:
+            known = self._known = known.with_(session=self.view.state)
+        return known
+
+    @property
+    def state(self) -> AIState:
+        """What to render: ``confirmed`` with this view's pending commands applied (see the class docstring)."""
+        if self._shown is None:
+            self._shown = optimistic(self.confirmed, self._pending)
+        return self._shown
+
+    @property
+    def pending(self) -> tuple[Command, ...]:
+        """The commands this view sent that the server has not confirmed yet, in the order sent."""
+        return tuple(self._pending)
+
+    # -- following the session -------------------------------------------------------------------------
+
+    async def _snapshot(self) -> None:
+        snapshot = await self.session.state()
+        self.view = ClientView.of(snapshot.state.session, snapshot.index)
+        self._known = snapshot.state
+        self._settle()
+
+    async def _run(self) -> None:
+        assert self._subscription is not None
+        async for batch in self._subscription.batches():
+            if any(m.type == "reset" for m in batch):
+                await self._snapshot()
+            else:
+                for mutation in batch:
+                    if self.view.apply(mutation):
+                        self._track(mutation)
+            self._shown = None
+            for listener in self.listeners:
+                result = listener(batch)
+                if asyncio.iscoroutine(result):
+                    await result
+            self.changed.set()
+
+    def _track(self, mutation: Mutation) -> None:
+        """Keep ``confirmed`` current past the conversation, and settle what the mutation confirms."""
+        kind = mutation.type
+        known = self._known
+        if kind == "info":
+            info = mutation["info"]
+            items = tuple(
+                InboxItem(q["id"], q["role"], q["text"], bool(q["generate"]), q.get("afterStepOf"))
+                for q in info["queued"]
+            )
+            known = _with_turn(known.with_(inbox=Inbox(items, bool(info["paused"]))), info["turn"], info["lastTurn"])
+        elif kind == "turn":
+            known = _with_turn(known, mutation["turn"], mutation["lastTurn"])
+        elif kind == "interaction":
+            wire = mutation["interaction"]
+            interaction = Interaction(wire["id"], wire["callId"], wire["name"], wire["prompt"], wire["status"])
+            known = known.with_(interactions={**known.interactions, interaction.id: interaction})
+        elif kind == "app":
+            known = known.with_(app=dict(mutation["app"]))
+        self._known = known
+        if self._answered and kind not in ("delta", "part"):
+            self._settle()
+
+    def _settle(self) -> None:
+        """Drop the answered commands that ``confirmed`` now shows."""
+        if not self._answered:
+            return
+        confirmed = self.confirmed
+        done = {c.id for c in self._pending if c.id in self._answered and settled(confirmed, c)}
+        if done:
+            self._drop(done)
+
+    def _drop(self, ids: set[str]) -> None:
+        self._pending = [c for c in self._pending if c.id not in ids]
+        self._answered -= ids
+        self._shown = None
+        self.changed.set()
+
+    # -- sending through the view ----------------------------------------------------------------------
+
+    async def _through(
+        self, command: Command, call: Callable[[], Awaitable[R]], receipt_of: Callable[[R], Receipt | None]
+    ) -> R:
+        """Show ``command`` at once, make ``call`` (which sends it), then keep or drop it by its receipt."""
+        check_command(command)  # a malformed command raises before anything shows
+        self._pending.append(command)
+        self._shown = None
+        self.changed.set()
+        try:
+            result = await call()
+        except BaseException:
+            self._drop({command.id})
+            raise
+        receipt = receipt_of(result)
+        if receipt is None or receipt.outcome != "applied":
+            self._drop({command.id})  # rejected, or nothing to address: roll the display back
+        else:
+            self._answered.add(command.id)
+            self._settle()
+        return result
+
+    def _observed_turn(self) -> str | None:
+        active = self.confirmed.active
+        return active.id if active is not None else None
+
+    async def send(self, text: str, *, id: str | None = None, role: Role = "user", generate: bool = True) -> Receipt:
+        """``Session.send``, shown at once in ``state`` (see the class docstring)."""
+        command = SendInput(id or new_id(), text, role, generate)
+        return await self._through(
+            command, lambda: self.session.send(text, id=command.id, role=role, generate=generate), _same
+        )
+
+    async def prompt(self, text: str, *, id: str | None = None) -> Turn:
+        """``Session.prompt``, shown at once in ``state``; ``await turn.finished`` as usual."""
+        command = SendInput(id or new_id(), text)
+        return await self._through(command, lambda: self.session.prompt(text, id=command.id), _turn_receipt)
+
+    async def steer(self, text: str, *, id: str | None = None, turn_id: str | None = None) -> Receipt:
+        """``Session.steer`` aimed at the turn this view shows active (or ``turn_id``), shown at once.
+
+        The steering appears after the current response; with no active turn it sends.
+        """
+        observed = turn_id if turn_id is not None else self._observed_turn()
+        command = SendInput(id or new_id("steer"), text, steer=observed)
+        return await self._through(command, lambda: self.session.steer(text, id=command.id, turn_id=observed), _same)
+
+    async def stop(self, *, cancel_queued: bool = False, id: str | None = None) -> StopResult:
+        """``Session.stop``; ``state.active`` clears at once (and comes back if nothing was stopped)."""
+        command = StopTurn(id or new_id("stop"), self._observed_turn(), cancel_queued)
+        return await self._through(
+            command, lambda: self.session.stop(cancel_queued=cancel_queued, id=command.id), _stop_receipt
+        )
+
+    async def wait_for(self, predicate: Callable[[ClientView], bool], timeout: float | None = None) -> ClientView:
+        """Wait until the local conversation (``view``) satisfies ``predicate``."""
+
+        async def wait() -> ClientView:
+            while not predicate(self.view):
+                self.changed.clear()
+                await self.changed.wait()
+            return self.view
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def wait_state(self, predicate: Callable[[AIState], bool], timeout: float | None = None) -> AIState:
+        """Wait until what to render (``state``, optimistic) satisfies ``predicate``."""
+
+        async def wait() -> AIState:
+            while not predicate(self.state):
+                self.changed.clear()
+                await self.changed.wait()
+            return self.state
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def close(self) -> None:
+        """Stop following the session."""
+        if self._subscription is not None:
+            self._subscription.close()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class LiveQueue:
+    """``Session.queue`` through a ``LiveView`` (``live.queue``): each change shows at once in ``live.state``."""
+
+    def __init__(self, live: LiveView) -> None:
+        self._live = live
+
+    async def edit(self, input_id: str, text: str, *, role: Role = "user", id: str | None = None) -> Receipt:
+        """``Queue.edit``; the new text shows at once (and reverts if rejected)."""
+        command = EditInput(id or new_id("edit"), input_id, text, role)
+        queue = self._live.session.queue
+        return await self._live._through(command, lambda: queue.edit(input_id, text, role=role, id=command.id), _same)
+
+    async def move(self, input_id: str, before_id: str | None = None, *, id: str | None = None) -> Receipt:
+        """``Queue.move`` (before ``before_id``; ``None``: to the end); the new order shows at once."""
+        command = MoveInput(id or new_id("move"), input_id, before_id)
+        queue = self._live.session.queue
+        return await self._live._through(command, lambda: queue.move(input_id, before_id, id=command.id), _same)
+
+    async def remove(self, input_id: str, *, id: str | None = None) -> Receipt:
+        """``Queue.remove``; the input leaves ``state.inbox.items`` at once."""
+        command = RemoveInput(id or new_id("remove"), input_id)
+        queue = self._live.session.queue
+        return await self._live._through(command, lambda: queue.remove(input_id, id=command.id), _same)
+
+    async def send_now(self, input_id: str, turn_id: str | None = None, *, id: str | None = None) -> Receipt:
+        """``Queue.send_now`` aimed at the turn the view shows active (or ``turn_id``).
+
+        The input shows after the current response at once; a stale turn rejects it (and it goes
+        back to the queue).
+        """
+        observed = turn_id if turn_id is not None else self._live._observed_turn()
+        command = SendNow(id or new_id("sendnow"), input_id, observed)
+        queue = self._live.session.queue
+        return await self._live._through(command, lambda: queue.send_now(input_id, observed, id=command.id), _same)
+
+
+def _same(receipt: Receipt) -> Receipt:
+    return receipt
+
+
+def _turn_receipt(turn: Turn) -> Receipt | None:
+    return turn.receipt
+
+
+def _stop_receipt(result: StopResult) -> Receipt | None:
+    return result.receipt
+
+
+def _with_turn(state: AIState, turn: Mapping[str, Any] | None, last: Mapping[str, Any] | None) -> AIState:
+    """``state`` with the active and last turn of a ``turn`` / ``info`` mutation."""
+    previous = state.active
+    turns = state.turns
+    active: ActiveTurn | None = None
+    if turn is not None:
+        wire_step = turn.get("step")
+        step: StepState | None = None
+        if wire_step is not None:
+            kept = previous.step if previous is not None and previous.id == turn["id"] else None
+            step = StepState(
+                wire_step["id"],
+                int(wire_step["index"]),
+                kept.session_step if kept is not None else state.session_steps,
+                wire_step["status"],
+                wire_step.get("finishReason"),
+            )
+        if previous is not None and previous.id == turn["id"]:
+            active = replace(previous, input=tuple(turn["input"]), phase=turn["phase"], step=step)
+        else:
+            active = ActiveTurn(turn["id"], tuple(turn["input"]), turn["phase"], turn["messageId"], turns, step=step)
+            turns += 1
+    last_turn = None if last is None else (str(last["id"]), str(last["outcome"]))
+    return state.with_(active=active, last_turn=last_turn, turns=turns)

@@ -37,17 +37,16 @@ from actors.hub import MutationHub, WaitFailed
 from actors.logs import default_logging
 from actors.registry import AgentRegistry
 from actors.subagents import SubAgents
-from orchestrator.core.aistate import AIState, Receipt
-from orchestrator.core.commands import Command, SendInput, StopTurn
-from orchestrator.core.errors import PartialDuplicateBatch
+from orchestrator.core.aistate import AIState
+from orchestrator.core.commands import Command
 from orchestrator.core.events import Event
 from orchestrator.core.mutations import diff
-from orchestrator.core.payloads import CommandPayload, Input, TurnStop
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
 from orchestrator.run.gc_tuning import tune_gc
 from orchestrator.run.log import Applied
 from orchestrator.run.pacing import StreamPacer
 from orchestrator.run.runner import SessionRunner
+from orchestrator.run.turn_commands import steer_turn, stop_turn
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 
@@ -361,15 +360,7 @@ class SessionHost:
         has changed since (the turn filled in is not part of what the caller said).
         """
         hosted = await self.activate(session_id, agent_key)
-        runner = hosted.runner
-        active = runner.state.active
-        observed = turn_id if turn_id is not None else (active.id if active is not None else None)
-        receipt = (await runner.submit(SendInput(input_id, text, steer=observed))).receipt
-        if receipt is not None and receipt.reason == PartialDuplicateBatch.code:
-            first = await runner.recorded(input_id)
-            if first is not None and _same_steer(first.payload, text, turn_id):
-                return first.receipt
-        return receipt
+        return await steer_turn(hosted.runner, input_id, text, turn_id)
 
     async def stop(
         self, session_id: str, agent_key: str, command_id: str, cancel_queued: bool, turn_id: str | None = None
@@ -381,33 +372,7 @@ class SessionHost:
         even when the active turn has changed since.
         """
         hosted = await self.activate(session_id, agent_key)
-        runner = hosted.runner
-        state = runner.state
-        active = state.active
-        target = turn_id if turn_id is not None else (active.id if active is not None else None)
-        if target is not None:
-            cancelled = _cancelled(state, target, cancel_queued)
-            decision = await runner.submit(StopTurn(command_id, target, cancel_queued))
-            if decision.events:  # decided now
-                return decision.receipt, cancelled if decision.applied else 0
-        elif state.last_turn is None:
-            return None, 0  # no turn has ever ended: no stop can be stored under this id
-        # A repeat of a stop already stored (or, with no turn active, possibly nothing to stop).
-        reused = Receipt(command_id, "rejected", PartialDuplicateBatch.code)
-        first = await runner.recorded(command_id)
-        if first is None:
-            return (None, 0) if target is None else (reused, 0)
-        stored = first.payload
-        if (
-            not isinstance(stored, TurnStop)
-            or stored.cancel_queued != cancel_queued
-            or (turn_id is not None and stored.turn_id != turn_id)
-        ):
-            return reused, 0
-        if first.receipt.outcome != "applied" or stored.turn_id is None:
-            return first.receipt, 0
-        before, _ = await runner.log.state_at(through=first.index - 1)
-        return first.receipt, _cancelled(before, stored.turn_id, cancel_queued)
+        return await stop_turn(hosted.runner, command_id, cancel_queued, turn_id)
 
     async def turn_of(self, session_id: str, agent_key: str, input_id: str) -> str | None:
         """The turn that admitted input ``input_id`` (``None`` while it waits in the inbox, or never admitted)."""
@@ -524,21 +489,6 @@ class SessionHost:
             await self.deactivate(session_id)
         await self.directory.close()
         await self.store.close()
-
-
-def _same_steer(stored: CommandPayload, text: str, turn_id: str | None) -> bool:
-    """Whether ``stored`` is the steering a caller resends (``turn_id``: the turn it named, if any)."""
-    if not isinstance(stored, Input) or stored.role != "user" or stored.text != text or not stored.generate:
-        return False
-    return turn_id is None or stored.steer in (turn_id, None)
-
-
-def _cancelled(state: AIState, turn_id: str, cancel_queued: bool) -> int:
-    """The queued inputs a stop of ``turn_id`` cancels in ``state`` (none when it is not active)."""
-    if state.active is None or state.active.id != turn_id:
-        return 0
-    items = state.inbox.items
-    return len(items) if cancel_queued else sum(1 for i in items if i.after_step_of == turn_id)
 
 
 def _with_writer(url: str, writer: str) -> str:

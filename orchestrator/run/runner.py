@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.core._json import JsonObject
 from orchestrator.core.aistate import AIState, Receipt
@@ -93,8 +94,13 @@ class SessionRunner:
         self.listeners: list[Listener] = []
         self._lock = asyncio.Lock()
         self._changed = asyncio.Condition()
-        self._steps = Steps(self)
-        self._calls = ToolCalls(self)
+        # The parts of the run loop reach the runner through a weak proxy, and the runner drops its
+        # listeners when it closes: a closed session is then no reference cycle, so reference
+        # counting frees it at once. Hosts collect cycles rarely (run/gc_tuning.py), and a cycle
+        # kept every deactivated session's state in memory until the next full collection.
+        me = cast("SessionRunner", weakref.proxy(self))
+        self._steps = Steps(me)
+        self._calls = ToolCalls(me)
         self._driving = False
         self._again = False
         self._closed = False
@@ -104,7 +110,7 @@ class SessionRunner:
         self._draining = False
         self._background: set[asyncio.Task[Any]] = set()
         self._nested = NestedInbox(
-            lambda: self.log.state.tools, self._request_drain, lambda: self._draining, nested_delay
+            lambda: me.log.state.tools, lambda: me._request_drain(), lambda: me._draining, nested_delay
         )
         self._ledger = TurnLedger(log.state)
         self.listeners.append(self._ledger.listen)
@@ -470,6 +476,7 @@ class SessionRunner:
         for task in list(self._background):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self.listeners.clear()  # a host's listener holds the session it serves: no cycle once closed
 
     # -- sub-agents --------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from orchestrator.core.aistate import (
 )
 from orchestrator.core.contract import Contract
 from orchestrator.core.events import Event
+from orchestrator.core.ids import logical_event_id
 from orchestrator.core.parts import AgentMessage, TextPart
 from orchestrator.core.reducer import resumable, session_reducer
 from orchestrator.core.state import SessionState, make_state
@@ -80,7 +81,8 @@ def evolve(state: AIState, event: Event, contract: Contract | None = None) -> tu
     if handler is not None:
         return handler(state, event)
     if kind in ai.COMMAND_TYPES:
-        return state.with_(pending={**state.pending, event.id: (kind, event.payload)}), []
+        # Keyed by the command's own id, also in a fork's copy (see ``fork_event_id``).
+        return state.with_(pending={**state.pending, logical_event_id(event.id): (kind, event.payload)}), []
     if not kind.startswith("ai.") and contract is not None:
         return state.with_(app=contract.fold_app(state.app, event)), []
     return state, []

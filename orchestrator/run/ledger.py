@@ -14,6 +14,7 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.contract import Contract
 from orchestrator.core.fold import initial_state
+from orchestrator.core.ids import logical_event_id
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.log import Applied, SessionLog
 
@@ -87,7 +88,7 @@ class TurnLedger:
                 for input_id in event.payload.get("inputIds", ()):  # type: ignore[union-attr]
                     self.turn_of[str(input_id)] = turn_id
             elif event.type == ai.INPUT:
-                self.submitted.add(event.id)
+                self.submitted.add(logical_event_id(event.id))
         if state.last_turn is not None and state.last_turn != self.last_turn:
             turn_id, outcome = state.last_turn
             reply_id = self.reply_of.get(turn_id)

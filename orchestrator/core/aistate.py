@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from orchestrator.core._fast import slot_setter
-from orchestrator.core._json import JsonObject
 from orchestrator.core._pvec import PVec
 from orchestrator.core.parts import AgentMessage, Role, RunStatus
+from orchestrator.core.payloads import CommandPayload, TurnPhase
 from orchestrator.core.state import SessionError, SessionState
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
     "Usage",
 ]
 
-TurnPhase: TypeAlias = Literal["starting", "generating", "tools", "pausing", "paused"]
 ToolStatus: TypeAlias = Literal[
     "pending", "awaiting-approval", "approved", "running", "done", "error", "cancelled", "denied", "interrupted"
 ]
@@ -234,8 +233,8 @@ class AIState:
     """How many turns the session has started."""
     session_steps: int = 0
     """How many model steps the session has completed (finished or failed)."""
-    pending: Mapping[str, tuple[str, JsonObject]] = field(default_factory=dict)
-    """Commands persisted but not yet decided: id -> (type, payload)."""
+    pending: Mapping[str, CommandPayload] = field(default_factory=dict)
+    """Commands persisted but not yet decided: id -> typed payload (its ``type`` is the event's)."""
     last_turn: tuple[str, str] | None = None
     """The last finished turn: (id, outcome)."""
     retry_requested: bool = False

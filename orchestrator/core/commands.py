@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias, assert_never
 
 from orchestrator.core import event_types as ai
-from orchestrator.core._json import JsonObject
+from orchestrator.core import payloads as p
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.errors import UsageError
 from orchestrator.core.events import RESERVED_ID_PREFIX, Event
 from orchestrator.core.ids import idempotent_id
 from orchestrator.core.parts import Role
+from orchestrator.core.payloads import CommandPayload
 
 __all__ = [
     "Command",
@@ -165,38 +166,32 @@ class Decision:
 def command_event(command: Command, at: float = 0.0) -> Event:
     """The event that persists ``command`` (validated: see ``check_command``)."""
     check_command(command)
-    payload: JsonObject
+    data = _command_payload(command)
+    return Event(command.id, data.type, at=at, data=data)
+
+
+def _command_payload(command: Command) -> CommandPayload:
     match command:
         case SendInput():
-            payload = {"role": command.role, "text": command.text, "generate": command.generate}
-            if command.steer is not None:
-                payload["steer"] = command.steer
-            return Event(command.id, ai.INPUT, payload, at)
+            return p.Input(command.role, command.text, command.generate, command.steer)
         case EditInput():
-            return Event(
-                command.id, ai.INPUT_EDIT, {"inputId": command.input_id, "role": command.role, "text": command.text}, at
-            )
+            return p.InputEdit(command.input_id, command.role, command.text)
         case MoveInput():
-            return Event(command.id, ai.INPUT_MOVE, {"inputId": command.input_id, "beforeId": command.before_id}, at)
+            return p.InputMove(command.input_id, command.before_id)
         case RemoveInput():
-            return Event(command.id, ai.INPUT_REMOVE, {"inputId": command.input_id}, at)
+            return p.InputRemove(command.input_id)
         case SendNow():
-            return Event(command.id, ai.INPUT_SEND_NOW, {"inputId": command.input_id, "turnId": command.turn_id}, at)
+            return p.InputSendNow(command.input_id, command.turn_id)
         case StopTurn():
-            return Event(
-                command.id, ai.TURN_STOP, {"turnId": command.turn_id, "cancelQueued": command.cancel_queued}, at
-            )
+            return p.TurnStop(command.turn_id, command.cancel_queued)
         case RetryTurn():
-            return Event(command.id, ai.TURN_RETRY, {}, at)
+            return p.TurnRetry()
         case PauseSession():
-            return Event(command.id, ai.PAUSE, {"when": command.when}, at)
+            return p.Pause(command.when)
         case ResumeSession():
-            return Event(command.id, ai.RESUME, {}, at)
+            return p.Resume()
         case Respond():
-            payload = {"interactionId": command.interaction_id, "approved": command.approved}
-            if command.reason is not None:
-                payload["reason"] = command.reason
-            return Event(command.id, ai.RESPOND, payload, at)
+            return p.Respond(command.interaction_id, command.approved, command.reason)
         case _:
             assert_never(command)
 
@@ -225,10 +220,10 @@ def check_command(command: Command) -> None:
 
 
 def _decided(command: Command, outcome: Literal["applied", "rejected"], reason: str | None, at: float) -> Decision:
-    payload: JsonObject = {"commandId": command.id, "outcome": outcome}
-    if reason is not None:
-        payload["reason"] = reason
-    events = (command_event(command, at), Event(f"{RESERVED_ID_PREFIX}{command.id}:decided", ai.DECIDED, payload, at))
+    decided = Event(
+        f"{RESERVED_ID_PREFIX}{command.id}:decided", ai.DECIDED, at=at, data=p.Decided(command.id, outcome, reason)
+    )
+    events = (command_event(command, at), decided)
     return Decision(events, Receipt(command.id, outcome, reason))
 
 

@@ -5,6 +5,12 @@ payload, at}``. Built-in types start with ``ai.`` and only the server writes the
 declared by a contract. Ids are unique across the whole store; ids that Troupe itself chooses
 start with ``troupe:`` and callers may not use that prefix. Payloads are JSON values (wire
 shapes, camelCase), encoded with msgpack only at the store boundary.
+
+A built-in event also carries its payload typed, as ``data`` (``orchestrator.core.payloads``):
+the fold matches on it, so it never reads a dict. The wire dict stays beside it, because it is
+what every log holds and what the store, the CLI and subscribers read; each form is made from
+the other once, when the event is made (a dict through the trusted fast decoder: only the
+server writes ``ai.*`` events, and a client's are refused by ``check_caller_event``).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Final
 from orchestrator.core._json import JsonObject
 from orchestrator.core.errors import UsageError
 from orchestrator.core.ids import RESERVED_ID_PREFIX
+from orchestrator.core.payloads import PAYLOAD_CLASSES, AIPayload, payload_from_wire, payload_to_wire
 
 __all__ = [
     "BUILTIN_PREFIX",
@@ -48,10 +55,29 @@ class Event:
     """The session whose log holds it (set by the store)."""
     index: int = 0
     """Its position in that log, from 1 (set by the store)."""
+    data: AIPayload | None = field(default=None, kw_only=True, compare=False, repr=False)
+    """A built-in event's payload, typed (``None`` for app events); give it instead of ``payload``."""
+
+    def __post_init__(self) -> None:
+        if self.data is not None:
+            if self.data.type != self.type:
+                raise UsageError(f"event {self.id!r} has type {self.type!r} but a {self.data.type!r} payload")
+            if not self.payload:
+                object.__setattr__(self, "payload", payload_to_wire(self.data))
+        elif self.type in PAYLOAD_CLASSES:
+            object.__setattr__(self, "data", payload_from_wire(self.type, self.payload))
 
     def same_content(self, other: Event) -> bool:
-        """Whether ``other`` is a re-submission of this event (same id, type and payload)."""
-        return self.id == other.id and self.type == other.type and self.payload == other.payload
+        """Whether ``other`` is a re-submission of this event (same id, type and payload).
+
+        Built-in events compare their typed payloads, so an event built typed and the same
+        event read back from the store (decoded from its wire dict) are the same content.
+        """
+        if self.id != other.id or self.type != other.type:
+            return False
+        if self.data is not None and other.data is not None:
+            return self.data == other.data
+        return self.payload == other.payload
 
 
 @dataclass(frozen=True, slots=True)

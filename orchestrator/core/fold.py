@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, assert_never, cast
 
-from orchestrator.core import event_types as ai
-from orchestrator.core._json import JsonObject
 from orchestrator.core.actions import ApplyPart, Retry, Send, SessionAction, Stop, ToolPhase
 from orchestrator.core.aistate import (
     ActiveTurn,
@@ -30,10 +28,41 @@ from orchestrator.core.contract import Contract
 from orchestrator.core.events import Event
 from orchestrator.core.ids import logical_event_id
 from orchestrator.core.parts import AgentMessage, TextPart
+from orchestrator.core.payloads import (
+    ChildStarted,
+    CommandPayload,
+    Compaction,
+    Decided,
+    Input,
+    InputAdmitted,
+    InputEdit,
+    InputMove,
+    InputRemove,
+    InputSendNow,
+    InteractionRequested,
+    Nested,
+    Pause,
+    Respond,
+    Resume,
+    StepFailed,
+    StepFinished,
+    StepStarted,
+    StepSuperseded,
+    Stream,
+    ToolFailed,
+    ToolFinished,
+    ToolReset,
+    ToolStarted,
+    TurnFinished,
+    TurnPhaseChanged,
+    TurnRetry,
+    TurnStarted,
+    TurnStop,
+)
 from orchestrator.core.reducer import resumable, session_reducer
-from orchestrator.core.state import SessionState, make_state
+from orchestrator.core.state import ErrorCode, SessionState, make_state
 from orchestrator.core.stream import CompactionUpdate, Failure, Finish, MessageStart, ToolFailure, ToolResult
-from orchestrator.core.wire import action_from_wire, action_to_wire, part_from_wire
+from orchestrator.core.wire import action_to_wire
 
 __all__ = ["DENIED", "INTERRUPTED", "apply_actions", "evolve", "fold_events", "initial_state"]
 
@@ -74,31 +103,67 @@ def apply_actions(session: SessionState, actions: Iterable[SessionAction]) -> Se
 
 def evolve(state: AIState, event: Event, contract: Contract | None = None) -> tuple[AIState, list[SessionAction]]:
     """The next state after ``event``, and the session actions that produced its conversation."""
-    kind = event.type
-    if kind == ai.STREAM:
-        return _on_stream(state, event.payload)
-    handler = _HANDLERS.get(kind)
-    if handler is not None:
-        return handler(state, event)
-    if kind in ai.COMMAND_TYPES:
-        # Keyed by the command's own id, also in a fork's copy (see ``fork_event_id``).
-        return state.with_(pending={**state.pending, logical_event_id(event.id): (kind, event.payload)}), []
-    if not kind.startswith("ai.") and contract is not None:
-        return state.with_(app=contract.fold_app(state.app, event)), []
-    return state, []
+    data = event.data
+    if data is None:  # an app event (or an ``ai.*`` type this version does not know)
+        if contract is not None and not event.type.startswith("ai."):
+            return state.with_(app=contract.fold_app(state.app, event)), []
+        return state, []
+    match data:
+        case Stream():
+            return _on_stream(state, data)
+        case (
+            Input()
+            | InputEdit()
+            | InputMove()
+            | InputRemove()
+            | InputSendNow()
+            | TurnStop()
+            | TurnRetry()
+            | Pause()
+            | Resume()
+            | Respond()
+        ):
+            # Keyed by the command's own id, also in a fork's copy (see ``fork_event_id``).
+            return state.with_(pending={**state.pending, logical_event_id(event.id): data}), []
+        case Decided():
+            return _on_decided(state, data)
+        case InputAdmitted():
+            return _on_admitted(state, data)
+        case TurnStarted():
+            return _on_turn_started(state, data)
+        case TurnPhaseChanged():
+            return _on_turn_phase(state, data)
+        case TurnFinished():
+            return _on_turn_finished(state, data)
+        case StepStarted():
+            return _on_step_started(state, data)
+        case StepFinished():
+            return _on_step_finished(state, data)
+        case StepFailed():
+            return _on_step_failed(state, data)
+        case StepSuperseded():
+            return _on_step_superseded(state, data)
+        case ToolStarted():
+            return _on_tool_started(state, data)
+        case ToolReset():
+            return _on_tool_reset(state, data)
+        case ToolFinished():
+            return _on_tool_finished(state, data)
+        case ToolFailed():
+            return _on_tool_failed(state, data)
+        case InteractionRequested():
+            return _on_interaction(state, data)
+        case ChildStarted():
+            return _on_child_started(state, data)
+        case Nested():
+            return _on_nested(state, data)
+        case Compaction():
+            return _on_compaction(state, data)
+        case _:
+            assert_never(data)
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _int(payload: JsonObject, key: str, default: int) -> int:
-    value = payload.get(key, default)
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _items(payload: JsonObject, key: str) -> list[Any]:
-    value = payload.get(key)
-    return list(value) if isinstance(value, list | tuple) else []
 
 
 def _run(state: AIState, actions: list[SessionAction], **changes: Any) -> tuple[AIState, list[SessionAction]]:
@@ -180,34 +245,51 @@ def _end_turn(
 # -- commands and decisions ---------------------------------------------------------------------
 
 
-def _on_decided(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    payload = event.payload
-    command_id = str(payload.get("commandId", ""))
-    reason = payload.get("reason")
-    outcome: Literal["applied", "rejected"] = "applied" if payload.get("outcome") == "applied" else "rejected"
-    receipt = Receipt(command_id, outcome, None if reason is None else str(reason))
+def _on_decided(state: AIState, p: Decided) -> tuple[AIState, list[SessionAction]]:
+    receipt = Receipt(p.command_id, p.outcome, p.reason)
     pending = dict(state.pending)
-    command = pending.pop(command_id, None)
+    command = pending.pop(p.command_id, None)
     state = state.with_(pending=pending, receipt=receipt)
     if command is None or receipt.outcome != "applied":
         return state, []
-    kind, body = command
-    apply = _APPLY.get(kind)
-    return apply(state, command_id, body) if apply is not None else (state, [])
+    return _apply(state, p.command_id, command)
 
 
-def _apply_input(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
-    steer = body.get("steer")
+def _apply(state: AIState, command_id: str, body: CommandPayload) -> tuple[AIState, list[SessionAction]]:
+    """Apply a command that its decision applied."""
+    match body:
+        case Input():
+            return _apply_input(state, command_id, body)
+        case InputEdit():
+            items = tuple(replace(i, text=body.text) if i.id == body.input_id else i for i in state.inbox.items)
+            return state.with_(inbox=replace(state.inbox, items=items)), []
+        case InputMove():
+            return _apply_move(state, body)
+        case InputRemove():
+            return state.with_(inbox=replace(state.inbox, items=_without(state.inbox.items, [body.input_id]))), []
+        case InputSendNow():
+            return _apply_send_now(state, body)
+        case TurnStop():
+            return _apply_stop(state, body)
+        case TurnRetry():
+            # The planner starts the retry turn (superseding an active one first): see orchestrator.core.plan.
+            return state.with_(retry_requested=True), []
+        case Pause():
+            return _apply_pause(state, body)
+        case Resume():
+            return _apply_resume(state)
+        case Respond():
+            return _apply_respond(state, body)
+        case _:
+            assert_never(body)
+
+
+def _apply_input(state: AIState, command_id: str, body: Input) -> tuple[AIState, list[SessionAction]]:
+    steer = body.steer
     active = state.active
     # Steering a turn that is no longer active sends like a plain input.
-    after = str(steer) if steer is not None and active is not None and active.id == steer else None
-    item = InboxItem(
-        command_id,
-        body.get("role", "user"),  # type: ignore[arg-type]
-        str(body.get("text", "")),
-        bool(body.get("generate", True)) or after is not None,
-        after,
-    )
+    after = steer if steer is not None and active is not None and active.id == steer else None
+    item = InboxItem(command_id, body.role, body.text, body.generate or after is not None, after)
     items = state.inbox.items
     if item.after_step_of is not None:
         at = _steer_position(items, item.after_step_of)
@@ -217,65 +299,47 @@ def _apply_input(state: AIState, command_id: str, body: JsonObject) -> tuple[AIS
     return state.with_(inbox=replace(state.inbox, items=items)), []
 
 
-def _apply_edit(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
-    target = str(body.get("inputId"))
-    items = tuple(replace(i, text=str(body.get("text", i.text))) if i.id == target else i for i in state.inbox.items)
-    return state.with_(inbox=replace(state.inbox, items=items)), []
-
-
-def _apply_move(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
-    target = str(body.get("inputId"))
-    item = state.inbox.get(target)
+def _apply_move(state: AIState, body: InputMove) -> tuple[AIState, list[SessionAction]]:
+    item = state.inbox.get(body.input_id)
     if item is None:
         return state, []
-    rest = _without(state.inbox.items, [target])
-    before = body.get("beforeId")
+    rest = _without(state.inbox.items, [body.input_id])
+    before = body.before_id
     at = next((i for i, x in enumerate(rest) if x.id == before), len(rest)) if before is not None else len(rest)
     return state.with_(inbox=replace(state.inbox, items=(*rest[:at], item, *rest[at:]))), []
 
 
-def _apply_remove(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
-    items = _without(state.inbox.items, [str(body.get("inputId"))])
-    return state.with_(inbox=replace(state.inbox, items=items)), []
-
-
-def _apply_send_now(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
-    target = str(body.get("inputId"))
-    item = state.inbox.get(target)
+def _apply_send_now(state: AIState, body: InputSendNow) -> tuple[AIState, list[SessionAction]]:
+    item = state.inbox.get(body.input_id)
     if item is None:
         return state, []
-    rest = _without(state.inbox.items, [target])
+    rest = _without(state.inbox.items, [body.input_id])
     turn = state.active.id if state.active is not None else None
     promoted = replace(item, generate=True, after_step_of=turn)
     at = _steer_position(rest, turn) if turn is not None else 0
     return state.with_(inbox=replace(state.inbox, items=(*rest[:at], promoted, *rest[at:]))), []
 
 
-def _apply_stop(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
+def _apply_stop(state: AIState, body: TurnStop) -> tuple[AIState, list[SessionAction]]:
     active = state.active
     if active is None:
         return state, []
     items = tuple(i for i in state.inbox.items if i.after_step_of != active.id)
-    if body.get("cancelQueued"):
+    if body.cancel_queued:
         items = ()
     state = state.with_(inbox=replace(state.inbox, items=items))
     return _end_turn(state, active.id, "stopped", [Stop()])
 
 
-def _apply_retry(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
-    # The planner starts the retry turn (superseding an active one first): see orchestrator.core.plan.
-    return state.with_(retry_requested=True), []
-
-
-def _apply_pause(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
+def _apply_pause(state: AIState, body: Pause) -> tuple[AIState, list[SessionAction]]:
     inbox = replace(state.inbox, paused=True)
     active = state.active
-    if body.get("when") == "now" and active is not None and active.phase not in ("pausing", "paused"):
+    if body.when == "now" and active is not None and active.phase not in ("pausing", "paused"):
         active = replace(active, phase="pausing", paused_from=active.phase, interrupted=True)
     return state.with_(inbox=inbox, active=active), []
 
 
-def _apply_resume(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
+def _apply_resume(state: AIState) -> tuple[AIState, list[SessionAction]]:
     inbox = replace(state.inbox, paused=False)
     active = state.active
     if active is not None and active.phase in ("pausing", "paused"):
@@ -283,57 +347,39 @@ def _apply_resume(state: AIState, command_id: str, body: JsonObject) -> tuple[AI
     return state.with_(inbox=inbox, active=active), []
 
 
-def _apply_respond(state: AIState, command_id: str, body: JsonObject) -> tuple[AIState, list[SessionAction]]:
-    interaction = state.interactions.get(str(body.get("interactionId")))
+def _apply_respond(state: AIState, body: Respond) -> tuple[AIState, list[SessionAction]]:
+    interaction = state.interactions.get(body.interaction_id)
     if interaction is None or interaction.status != "pending":
         return state, []
-    approved = bool(body.get("approved"))
     interactions = {
         **state.interactions,
-        interaction.id: replace(interaction, status="approved" if approved else "denied"),
+        interaction.id: replace(interaction, status="approved" if body.approved else "denied"),
     }
-    if approved:
+    if body.approved:
         return state.with_(
             interactions=interactions, tools=_set_tool(state, interaction.call_id, status="approved")
         ), []
     tools = _set_tool(state, interaction.call_id, status="denied")
-    reason = body.get("reason")
-    text = DENIED if not reason else f"{DENIED} Reason: {reason}"
+    text = DENIED if not body.reason else f"{DENIED} Reason: {body.reason}"
     return _run(
         state, [ApplyPart(ToolFailure(interaction.call_id, text, "denied"))], interactions=interactions, tools=tools
     )
 
 
-_APPLY = {
-    ai.INPUT: _apply_input,
-    ai.INPUT_EDIT: _apply_edit,
-    ai.INPUT_MOVE: _apply_move,
-    ai.INPUT_REMOVE: _apply_remove,
-    ai.INPUT_SEND_NOW: _apply_send_now,
-    ai.TURN_STOP: _apply_stop,
-    ai.TURN_RETRY: _apply_retry,
-    ai.PAUSE: _apply_pause,
-    ai.RESUME: _apply_resume,
-    ai.RESPOND: _apply_respond,
-}
-
-
 # -- lifecycle ---------------------------------------------------------------------------------
 
 
-def _on_admitted(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    ids = [str(i) for i in _items(event.payload, "inputIds")]
-    items = [i for i in state.inbox.items if i.id in set(ids)]
+def _on_admitted(state: AIState, p: InputAdmitted) -> tuple[AIState, list[SessionAction]]:
+    ids = set(p.input_ids)
+    items = [i for i in state.inbox.items if i.id in ids]
     session, actions = _admit(state.session, items, generate=False)
     return state.with_(session=session, inbox=replace(state.inbox, items=_without(state.inbox.items, ids))), actions
 
 
-def _on_turn_started(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    turn_id = str(p["turnId"])
-    ids = tuple(str(i) for i in _items(p, "inputIds"))
+def _on_turn_started(state: AIState, p: TurnStarted) -> tuple[AIState, list[SessionAction]]:
+    ids = p.input_ids
     actions: list[SessionAction] = []
-    if p.get("retry"):
+    if p.retry:
         actions.append(Retry())
         session = session_reducer(state.session, Retry())
         items = state.inbox.items
@@ -348,7 +394,7 @@ def _on_turn_started(state: AIState, event: Event) -> tuple[AIState, list[Sessio
         if ordered and ordered[-1].role != "user":
             session = make_state(session.messages, "streaming", None)
         items = _without(state.inbox.items, ids)
-    active = ActiveTurn(turn_id, ids, "starting", str(p["messageId"]), state.turns)
+    active = ActiveTurn(p.turn_id, ids, "starting", p.message_id, state.turns)
     return (
         state.with_(
             session=session,
@@ -356,90 +402,88 @@ def _on_turn_started(state: AIState, event: Event) -> tuple[AIState, list[Sessio
             active=active,
             turns=state.turns + 1,
             starting=False,
-            retry_requested=False if p.get("retry") else state.retry_requested,
+            retry_requested=False if p.retry else state.retry_requested,
         ),
         actions,
     )
 
 
-def _on_turn_phase(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
+def _on_turn_phase(state: AIState, p: TurnPhaseChanged) -> tuple[AIState, list[SessionAction]]:
     active = state.active
-    if active is None or active.id != event.payload.get("turnId"):
+    if active is None or active.id != p.turn_id:
         return state, []
-    return state.with_(active=replace(active, phase=event.payload["phase"])), []  # type: ignore[arg-type]
+    return state.with_(active=replace(active, phase=p.phase)), []
 
 
-def _on_turn_finished(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
+def _on_turn_finished(state: AIState, p: TurnFinished) -> tuple[AIState, list[SessionAction]]:
     active = state.active
-    if active is None or active.id != p.get("turnId"):
+    if active is None or active.id != p.turn_id:
         return state, []
-    outcome = str(p.get("outcome", "completed"))
-    if outcome == "failed":
-        actions: list[SessionAction] = [ApplyPart(Failure(str(p.get("error", "The turn failed.")), p.get("code")))]  # type: ignore[arg-type]
-    elif outcome == "completed":
-        actions = [ApplyPart(Finish(str(p.get("reason", "stop"))))]
-    elif outcome in ("stopped",):
-        actions = [Stop()]
-    elif outcome == "superseded":
-        actions = [ApplyPart(Finish("aborted"))]
-    else:  # handed-off: the next turn starts in the same batch
-        actions = []
-    return _end_turn(state, active.id, outcome, actions)
+    actions: list[SessionAction]
+    match p.outcome:
+        case "failed":
+            code = cast("ErrorCode | None", p.code)  # passed on as written (the part's reader checks it)
+            actions = [ApplyPart(Failure(p.error if p.error is not None else "The turn failed.", code))]
+        case "completed":
+            actions = [ApplyPart(Finish(p.reason or "stop"))]
+        case "stopped":
+            actions = [Stop()]
+        case "superseded":
+            actions = [ApplyPart(Finish("aborted"))]
+        case _:  # handed-off: the next turn starts in the same batch
+            actions = []
+    return _end_turn(state, active.id, p.outcome, actions)
 
 
-def _on_step_started(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
+def _on_step_started(state: AIState, p: StepStarted) -> tuple[AIState, list[SessionAction]]:
     active = state.active
-    if active is None or active.id != p.get("turnId"):
+    if active is None or active.id != p.turn_id:
         return state, []
     step = StepState(
-        str(p["stepId"]),
-        _int(p, "turnStep", active.steps),
-        _int(p, "sessionStep", state.session_steps),
-        model=str(p.get("model", "")),
-        attempt=_int(p, "attempt", 1),
+        p.step_id,
+        active.steps if p.turn_step is None else p.turn_step,
+        state.session_steps if p.session_step is None else p.session_step,
+        model=p.model,
+        attempt=p.attempt,
     )
     actions: list[SessionAction] = [ApplyPart(MessageStart(active.message_id))]
     return _run(state, actions, active=replace(active, step=step, phase="generating"))
 
 
-def _current_step(state: AIState, step_id: object) -> StepState | None:
+def _current_step(state: AIState, step_id: str | None) -> StepState | None:
     active = state.active
     if active is None or active.step is None or active.step.id != step_id or active.step.status != "running":
         return None
     return active.step
 
 
-def _on_stream(state: AIState, payload: JsonObject) -> tuple[AIState, list[SessionAction]]:
-    call_id = payload.get("callId")
-    if call_id is not None:  # preliminary output of a running tool
-        record = state.tools.get(str(call_id))
+def _on_stream(state: AIState, p: Stream) -> tuple[AIState, list[SessionAction]]:
+    if p.call_id is not None:  # preliminary output of a running tool
+        record = state.tools.get(p.call_id)
         if record is None or record.status != "running":
             return state, []
-    elif _current_step(state, payload.get("stepId")) is None:
+    elif _current_step(state, p.step_id) is None:
         return state, []  # a late part from a step that is no longer current: dropped
-    actions: list[SessionAction] = [ApplyPart(part_from_wire(p)) for p in _items(payload, "parts")]
+    actions: list[SessionAction] = [ApplyPart(part) for part in p.parts]
     return _run(state, actions)
 
 
-def _on_step_finished(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    step = _current_step(state, p.get("stepId"))
+def _on_step_finished(state: AIState, p: StepFinished) -> tuple[AIState, list[SessionAction]]:
+    step = _current_step(state, p.step_id)
     active = state.active
     if step is None or active is None:
         return state, []
-    calls = [(str(c["id"]), str(c["name"])) for c in _items(p, "toolCalls")]
     tools = dict(state.tools)
-    for call_id, name in calls:
+    for call_id, name in p.tool_calls:
         tools.setdefault(call_id, ToolRecord(call_id, name, active.id))
     finished = replace(
-        step, status="finished", finish_reason=str(p.get("finishReason", "stop")), tool_calls=tuple(c for c, _ in calls)
+        step, status="finished", finish_reason=p.finish_reason, tool_calls=tuple(c for c, _ in p.tool_calls)
     )
-    usage = _add_usage(state.usage, p.get("usage"), step.model, p.get("estimate"))
+    usage = _add_usage(state.usage, p.usage, step.model, p.estimate)
+    phase = "tools" if p.tool_calls else active.phase
     return (
         state.with_(
-            active=replace(active, step=finished, steps=active.steps + 1, phase="tools" if calls else active.phase),
+            active=replace(active, step=finished, steps=active.steps + 1, phase=phase),
             tools=tools,
             usage=usage,
             session_steps=state.session_steps + 1,
@@ -448,7 +492,7 @@ def _on_step_finished(state: AIState, event: Event) -> tuple[AIState, list[Sessi
     )
 
 
-def _add_usage(usage: Usage, step_usage: Any, model: str, estimate: Any) -> Usage:
+def _add_usage(usage: Usage, step_usage: Mapping[str, Any] | None, model: str, estimate: int | None) -> Usage:
     if not isinstance(step_usage, Mapping):
         return usage
     prompt = int(step_usage.get("inputTokens") or 0)
@@ -467,21 +511,20 @@ def _end_step(state: AIState, active: ActiveTurn, step: StepState, status: Liter
     )
 
 
-def _on_step_failed(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    step = _current_step(state, event.payload.get("stepId"))
+def _on_step_failed(state: AIState, p: StepFailed) -> tuple[AIState, list[SessionAction]]:
+    step = _current_step(state, p.step_id)
     active = state.active
     if step is None or active is None:
         return state, []
     return _end_step(state, active, step, "failed"), []
 
 
-def _on_step_superseded(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    step = _current_step(state, p.get("stepId"))
+def _on_step_superseded(state: AIState, p: StepSuperseded) -> tuple[AIState, list[SessionAction]]:
+    step = _current_step(state, p.step_id)
     active = state.active
     if step is None or active is None:
         return state, []
-    if p.get("restart"):
+    if p.restart:
         # The same position runs again: roll its partial output back (the new attempt rewrites it).
         session = state.session
         rewound = make_state(resumable(session.messages), session.status, session.error)
@@ -489,81 +532,68 @@ def _on_step_superseded(state: AIState, event: Event) -> tuple[AIState, list[Ses
     return _end_step(state, active, step, "superseded"), []
 
 
-def _on_tool_started(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    call_id = str(p["callId"])
-    record = state.tools.get(call_id)
+def _on_tool_started(state: AIState, p: ToolStarted) -> tuple[AIState, list[SessionAction]]:
+    record = state.tools.get(p.call_id)
     if record is None or record.final:
         return state, []
-    tools = _set_tool(state, call_id, status="running", attempts=_int(p, "attempt", record.attempts + 1))
+    attempt = record.attempts + 1 if p.attempt is None else p.attempt
+    tools = _set_tool(state, p.call_id, status="running", attempts=attempt)
     active = state.active
     if active is not None and active.phase not in ("pausing", "paused"):
         active = replace(active, phase="tools")
-    return _run(state, [ToolPhase(record.name, "running", id=call_id)], tools=tools, active=active)
+    return _run(state, [ToolPhase(record.name, "running", id=p.call_id)], tools=tools, active=active)
 
 
-def _on_tool_reset(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    call_id = str(event.payload["callId"])
-    record = state.tools.get(call_id)
+def _on_tool_reset(state: AIState, p: ToolReset) -> tuple[AIState, list[SessionAction]]:
+    record = state.tools.get(p.call_id)
     if record is None or record.final:
         return state, []
-    return state.with_(tools=_set_tool(state, call_id, status="pending")), []
+    return state.with_(tools=_set_tool(state, p.call_id, status="pending")), []
 
 
-def _on_tool_finished(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    call_id = str(event.payload["callId"])
-    record = state.tools.get(call_id)
+def _on_tool_finished(state: AIState, p: ToolFinished) -> tuple[AIState, list[SessionAction]]:
+    record = state.tools.get(p.call_id)
     if record is None or record.final:
         return state, []
     return _run(
         state,
-        [ApplyPart(ToolResult(call_id, event.payload.get("output")))],
-        tools=_set_tool(state, call_id, status="done"),
+        [ApplyPart(ToolResult(p.call_id, p.output))],
+        tools=_set_tool(state, p.call_id, status="done"),
     )
 
 
-def _on_tool_failed(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    call_id = str(p["callId"])
-    record = state.tools.get(call_id)
+def _on_tool_failed(state: AIState, p: ToolFailed) -> tuple[AIState, list[SessionAction]]:
+    record = state.tools.get(p.call_id)
     if record is None or record.final:
         return state, []
-    code = p.get("code")
-    status = _TOOL_FAILURE_STATUS.get(str(code), "error")
-    part_code = "cancelled" if status == "cancelled" else (None if code is None else str(code))
-    actions: list[SessionAction] = [ApplyPart(ToolFailure(call_id, str(p.get("error", "The tool failed.")), part_code))]
-    return _run(state, actions, tools=_set_tool(state, call_id, status=status))
+    status = _TOOL_FAILURE_STATUS.get(str(p.code), "error")
+    part_code = "cancelled" if status == "cancelled" else p.code
+    actions: list[SessionAction] = [ApplyPart(ToolFailure(p.call_id, p.error, part_code))]
+    return _run(state, actions, tools=_set_tool(state, p.call_id, status=status))
 
 
-def _on_interaction(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    call_id = str(p["callId"])
-    record = state.tools.get(call_id)
+def _on_interaction(state: AIState, p: InteractionRequested) -> tuple[AIState, list[SessionAction]]:
+    record = state.tools.get(p.call_id)
     if record is None or record.final:
         return state, []
-    interaction = Interaction(str(p["interactionId"]), call_id, record.name, str(p.get("prompt", "")))
-    tools = _set_tool(state, call_id, status="awaiting-approval", interaction_id=interaction.id)
-    action = ToolPhase(record.name, "awaiting-confirmation", interaction.prompt, id=call_id)
+    interaction = Interaction(p.interaction_id, p.call_id, record.name, p.prompt)
+    tools = _set_tool(state, p.call_id, status="awaiting-approval", interaction_id=interaction.id)
+    action = ToolPhase(record.name, "awaiting-confirmation", interaction.prompt, id=p.call_id)
     return _run(state, [action], tools=tools, interactions={**state.interactions, interaction.id: interaction})
 
 
-def _on_child_started(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    call_id = str(p["callId"])
-    if call_id not in state.tools:
+def _on_child_started(state: AIState, p: ChildStarted) -> tuple[AIState, list[SessionAction]]:
+    if p.call_id not in state.tools:
         return state, []
-    return state.with_(tools=_set_tool(state, call_id, child=str(p["sessionId"]))), []
+    return state.with_(tools=_set_tool(state, p.call_id, child=p.session_id)), []
 
 
-def _on_nested(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    call_id = str(p["callId"])
-    record = state.tools.get(call_id)
-    seq = _int(p, "seq", 0)
-    if record is None or seq <= record.child_seq:
+def _on_nested(state: AIState, p: Nested) -> tuple[AIState, list[SessionAction]]:
+    record = state.tools.get(p.call_id)
+    if record is None or p.seq <= record.child_seq:
         return state, []  # a duplicate batch (at-least-once delivery), or a call we do not know
-    actions = [nest(action_from_wire(a), call_id) for a in _items(p, "actions")]
-    return _run(state, actions, tools=_set_tool(state, call_id, child_seq=seq))
+    actions = [nest(action, p.call_id) for action in p.actions]
+    return _run(state, actions, tools=_set_tool(state, p.call_id, child_seq=p.seq))
 
 
 def nest(action: SessionAction, call_id: str) -> SessionAction:
@@ -580,16 +610,8 @@ def nested_wire(actions: Iterable[SessionAction]) -> list[dict[str, Any]]:
     return [action_to_wire(a) for a in actions]
 
 
-def _on_compaction(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    p = event.payload
-    compaction = CompactionState(
-        str(p["id"]),
-        p["status"],  # type: ignore[arg-type]
-        None if p.get("summary") is None else str(p["summary"]),
-        _int(p, "through", 0),
-        p.get("inputTokens"),  # type: ignore[arg-type]
-        p.get("thresholdTokens"),  # type: ignore[arg-type]
-    )
+def _on_compaction(state: AIState, p: Compaction) -> tuple[AIState, list[SessionAction]]:
+    compaction = CompactionState(p.id, p.status, p.summary, p.through or 0, p.input_tokens, p.threshold_tokens)
     if compaction.status != "completed" and state.compaction is not None and state.compaction.status == "completed":
         # A failed or interrupted attempt never replaces a recorded summary.
         keep = state.compaction
@@ -601,28 +623,7 @@ def _on_compaction(state: AIState, event: Event) -> tuple[AIState, list[SessionA
         compaction.summary,
         compaction.input_tokens,
         compaction.threshold_tokens,
-        p.get("usage") if isinstance(p.get("usage"), dict) else None,  # type: ignore[arg-type]
+        p.usage if isinstance(p.usage, dict) else None,
         state.active.message_id if state.active is not None else None,
     )
     return _run(state, [ApplyPart(part)], compaction=keep)
-
-
-_HANDLERS = {
-    ai.DECIDED: _on_decided,
-    ai.INPUT_ADMITTED: _on_admitted,
-    ai.TURN_STARTED: _on_turn_started,
-    ai.TURN_PHASE: _on_turn_phase,
-    ai.TURN_FINISHED: _on_turn_finished,
-    ai.STEP_STARTED: _on_step_started,
-    ai.STEP_FINISHED: _on_step_finished,
-    ai.STEP_FAILED: _on_step_failed,
-    ai.STEP_SUPERSEDED: _on_step_superseded,
-    ai.TOOL_STARTED: _on_tool_started,
-    ai.TOOL_RESET: _on_tool_reset,
-    ai.TOOL_FINISHED: _on_tool_finished,
-    ai.TOOL_FAILED: _on_tool_failed,
-    ai.INTERACTION_REQUESTED: _on_interaction,
-    ai.CHILD_STARTED: _on_child_started,
-    ai.NESTED: _on_nested,
-    ai.COMPACTION: _on_compaction,
-}

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import ActiveTurn, AIState, InboxItem, ToolRecord
 from orchestrator.core.events import Event
 from orchestrator.core.ids import reply_id, step_id
+from orchestrator.core.payloads import AIPayload, InputAdmitted, TurnFinished, TurnPhaseChanged, TurnStarted
 from orchestrator.core.reducer import resumable
 
 __all__ = ["Append", "Effect", "Limits", "RunStep", "RunTool", "next_effect"]
@@ -67,8 +67,8 @@ class Cancel:
 Effect: TypeAlias = Append | RunStep | RunTool | Cancel
 
 
-def _event(kind: str, **payload: object) -> Event:
-    return Event("", kind, dict(payload))  # type: ignore[arg-type]
+def _event(data: AIPayload) -> Event:
+    return Event("", data.type, data=data)
 
 
 def _start_turn(state: AIState, items: list[InboxItem], *, retry: bool = False) -> Event:
@@ -79,13 +79,7 @@ def _start_turn(state: AIState, items: list[InboxItem], *, retry: bool = False) 
         kept = resumable(state.messages)
         if kept and kept[-1].role == "assistant":
             message_id = kept[-1].id
-    return _event(
-        ai.TURN_STARTED,
-        turnId=turn_id,
-        inputIds=[i.id for i in items],
-        messageId=message_id,
-        retry=retry,
-    )
+    return _event(TurnStarted(turn_id, tuple(i.id for i in items), message_id, retry))
 
 
 def _front_run(items: tuple[InboxItem, ...]) -> tuple[list[InboxItem], bool]:
@@ -129,17 +123,17 @@ def next_effect(state: AIState, limits: Limits | None = None) -> Effect | None:
     if state.retry_requested:
         if step_running or _running_tool(state, active):
             return Cancel("superseded")
-        return Append((_event(ai.TURN_FINISHED, turnId=active.id, outcome="superseded"),))
+        return Append((_event(TurnFinished(active.id, "superseded")),))
     if active.phase == "pausing":
         if step_running or _running_tool(state, active):
             return Cancel("paused")
-        return Append((_event(ai.TURN_PHASE, turnId=active.id, phase="paused"),))
+        return Append((_event(TurnPhaseChanged(active.id, "paused")),))
     if active.phase == "paused" or step_running:
         return None
     tools = _turn_tools(state, active)
     steering = [i for i in state.inbox.items if i.after_step_of == active.id]
     if steering and _ready_to_hand_off(active, tools):
-        return Append((_event(ai.TURN_FINISHED, turnId=active.id, outcome="handed-off"), _start_turn(state, steering)))
+        return Append((_event(TurnFinished(active.id, "handed-off")), _start_turn(state, steering)))
     for record in tools:
         if record.final:
             continue
@@ -151,11 +145,9 @@ def next_effect(state: AIState, limits: Limits | None = None) -> Effect | None:
     if step.status == "superseded":
         return _run_step(state, active, attempt=step.attempt + 1)
     if step.status == "finished" and not step.tool_calls:
-        return Append(
-            (_event(ai.TURN_FINISHED, turnId=active.id, outcome="completed", reason=step.finish_reason or "stop"),)
-        )
+        return Append((_event(TurnFinished(active.id, "completed", reason=step.finish_reason or "stop")),))
     if active.steps >= limits.max_steps:
-        return Append((_event(ai.TURN_FINISHED, turnId=active.id, outcome="completed", reason="max-steps"),))
+        return Append((_event(TurnFinished(active.id, "completed", reason="max-steps")),))
     return _run_step(state, active, attempt=1)
 
 
@@ -184,5 +176,5 @@ def _idle_effect(state: AIState) -> Effect | None:
         return None
     items, starts_turn = _front_run(inbox.items)
     if not starts_turn:
-        return Append((_event(ai.INPUT_ADMITTED, inputIds=[i.id for i in items]),))
+        return Append((_event(InputAdmitted(tuple(i.id for i in items))),))
     return Append((_start_turn(state, items),))

@@ -21,6 +21,7 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.events import Event
 from orchestrator.core.fold import INTERRUPTED
+from orchestrator.core.payloads import Compaction, StepSuperseded, ToolFailed, ToolReset, TurnPhaseChanged
 
 __all__ = ["REATTACH", "recover"]
 
@@ -38,17 +39,17 @@ def recover(state: AIState, policy: Callable[[str], str]) -> list[Event]:
     if active is None:
         return events
     if active.step is not None and active.step.status == "running":
-        events.append(Event("", ai.STEP_SUPERSEDED, {"stepId": active.step.id, "reason": "recovered", "restart": True}))
+        events.append(Event("", ai.STEP_SUPERSEDED, data=StepSuperseded(active.step.id, "recovered", restart=True)))
     if state.compaction is not None and state.compaction.status == "running":
-        events.append(Event("", ai.COMPACTION, {"id": state.compaction.id, "status": "interrupted"}))
+        events.append(Event("", ai.COMPACTION, data=Compaction(state.compaction.id, "interrupted")))
     for record in state.tools.values():
         if record.turn_id != active.id or record.status != "running":
             continue
         rule = policy(record.name)
         if rule == "report":
-            events.append(Event("", ai.TOOL_FAILED, {"callId": record.id, "error": INTERRUPTED, "code": "interrupted"}))
+            events.append(Event("", ai.TOOL_FAILED, data=ToolFailed(record.id, INTERRUPTED, "interrupted")))
         else:  # rerun, and reattach: back to pending, and the planner starts (or re-attaches) it
-            events.append(Event("", ai.TOOL_RESET, {"callId": record.id, "reason": "recovered"}))
+            events.append(Event("", ai.TOOL_RESET, data=ToolReset(record.id, "recovered")))
     if active.phase == "pausing":
-        events.append(Event("", ai.TURN_PHASE, {"turnId": active.id, "phase": "paused"}))
+        events.append(Event("", ai.TURN_PHASE, data=TurnPhaseChanged(active.id, "paused")))
     return events

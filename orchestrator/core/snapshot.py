@@ -24,16 +24,29 @@ from orchestrator.core.aistate import (
     Usage,
 )
 from orchestrator.core.contract import Contract
+from orchestrator.core.payloads import PAYLOAD_CLASSES
 from orchestrator.core.wire import pack, parse_state, state_to_wire, unpack
 
 __all__ = ["FOLD_VERSION", "decode_state", "encode_state", "snapshot_key"]
 
-FOLD_VERSION = "ai.v1"
-"""The built-in fold's snapshot identity; bump it whenever ``orchestrator.core.fold`` changes meaning."""
+FOLD_VERSION = "ai.v2"
+"""The built-in fold's snapshot identity; bump it whenever ``orchestrator.core.fold`` changes meaning
+(``v2``: pending commands hold typed payloads)."""
 
 _TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
-    for cls in (ActiveTurn, CompactionState, Inbox, InboxItem, Interaction, Receipt, StepState, ToolRecord, Usage)
+    for cls in (
+        ActiveTurn,
+        CompactionState,
+        Inbox,
+        InboxItem,
+        Interaction,
+        Receipt,
+        StepState,
+        ToolRecord,
+        Usage,
+        *PAYLOAD_CLASSES.values(),  # the pending commands' payloads
+    )
 }
 
 

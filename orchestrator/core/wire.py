@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import msgpack
 
+from orchestrator.core._codegen import Omit, WireField, decoder, encoder
 from orchestrator.core._json import JsonObject, JsonValue, json_problem
 from orchestrator.core._pvec import PVec
 from orchestrator.core.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase
@@ -152,22 +153,40 @@ def _kind(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Field:
+    """One row of a field table: the check (validating reader) beside the trusted codec."""
+
     wire: str
     attr: str
     check: Check
     required: bool = False
     default: Any = None
+    omit: Omit = "default"
+    encode: Callable[[Any], Any] | None = None
+    decode: Callable[[Any], Any] | None = None
+
+    def row(self) -> WireField:
+        """The row as the code generator reads it."""
+        return WireField(self.attr, self.wire, self.required, self.default, self.omit, self.encode, self.decode)
 
 
-def _req(wire: str, attr: str, check: Check) -> _Field:
-    return _Field(wire, attr, check, required=True)
+def _req(wire: str, attr: str, check: Check, **codec: Any) -> _Field:
+    return _Field(wire, attr, check, required=True, **codec)
 
 
-def _opt(wire: str, attr: str, check: Check, default: Any = None) -> _Field:
-    return _Field(wire, attr, check, default=default)
+def _opt(wire: str, attr: str, check: Check, default: Any = None, **codec: Any) -> _Field:
+    return _Field(wire, attr, check, default=default, **codec)
 
 
-_STREAM: Final[dict[str, tuple[type, tuple[_Field, ...]]]] = {
+_Table = tuple[type, tuple[_Field, ...]]
+
+_RUN_CODEC: Final = {
+    "encode": lambda v: _run_to_wire(v),
+    "decode": lambda v: run_from_wire(v),
+}
+"""A nested run inside a part (``nested-run``'s ``run``, a tool part's ``agent``)."""
+_NESTED_RUN: Final = lambda v, w: _parse_run(v, f"{w}.", NestedRun)  # noqa: E731
+
+_STREAM: Final[dict[str, _Table]] = {
     "message-start": (
         MessageStart,
         (_req("messageId", "message_id", _nonempty), _opt("metadata", "metadata", _object)),
@@ -232,11 +251,9 @@ _STREAM: Final[dict[str, tuple[type, tuple[_Field, ...]]]] = {
             _opt("messageId", "message_id", _nonempty),
         ),
     ),
+    "nested-run": (RunSnapshot, (_req("run", "run", _NESTED_RUN, **_RUN_CODEC),)),
 }
-
-_STREAM["nested-run"] = (RunSnapshot, (_req("run", "run", lambda v, w: _parse_run(v, f"{w}.", NestedRun)),))
-
-_STREAM_BY_CLASS: Final = {cls: (tag, fields) for tag, (cls, fields) in _STREAM.items()}
+"""Every stream part: its class and field table, by wire tag."""
 
 
 def _read_fields(obj: Mapping[str, Any], fields: tuple[_Field, ...], what: str, prefix: str) -> dict[str, Any]:
@@ -254,16 +271,9 @@ def _read_fields(obj: Mapping[str, Any], fields: tuple[_Field, ...], what: str, 
             kwargs[f.attr] = f.check(obj[f.wire], f"{prefix}{f.wire}")
         elif f.required:
             raise ParseError(f"{prefix}{f.wire} is required in {what}", f"{prefix}{f.wire}")
+        else:  # missing or null: the table's default, as the trusted reader takes it
+            kwargs[f.attr] = f.default
     return kwargs
-
-
-def _write_fields(value: Any, tag: str, fields: tuple[_Field, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": tag}
-    for f in fields:
-        item = getattr(value, f.attr)
-        if f.required or (item is not None and item != f.default):
-            out[f.wire] = item
-    return out
 
 
 def _tagged(obj: Any, what: str, prefix: str, tags: Mapping[str, Any]) -> str:
@@ -277,7 +287,24 @@ def _tagged(obj: Any, what: str, prefix: str, tags: Mapping[str, Any]) -> str:
     return str(tag)
 
 
+def _encoders(tables: Mapping[str, _Table]) -> dict[type, Callable[[Any], dict[str, Any]]]:
+    return {cls: encoder(cls, [f.row() for f in fields], tag) for tag, (cls, fields) in tables.items()}
+
+
+def _decoders(tables: Mapping[str, _Table]) -> dict[str, Callable[[Mapping[str, Any]], Any]]:
+    return {tag: decoder(cls, [f.row() for f in fields]) for tag, (cls, fields) in tables.items()}
+
+
+def _parse_tagged(tables: Mapping[str, _Table], what: str, obj: Any, prefix: str) -> Any:
+    tag = _tagged(obj, what, prefix, tables)
+    cls, fields = tables[tag]
+    return cls(**_read_fields(obj, fields, f"a {tag!r} part", prefix))
+
+
 # -- stream parts ------------------------------------------------------------------------------
+
+_STREAM_ENCODE: Final = _encoders(_STREAM)
+_STREAM_DECODE: Final = _decoders(_STREAM)
 
 
 def parse_part(obj: Any, *, where: str = "") -> AgentStreamPart:
@@ -286,28 +313,18 @@ def parse_part(obj: Any, *, where: str = "") -> AgentStreamPart:
     Raises:
         ParseError: naming the field that is missing, unknown or of the wrong kind.
     """
-    prefix = f"{where}." if where else ""
-    tag = _tagged(obj, "stream part", prefix, _STREAM)
-    cls, fields = _STREAM[tag]
-    part: AgentStreamPart = cls(**_read_fields(obj, fields, f"a {tag!r} part", prefix))
+    part: AgentStreamPart = _parse_tagged(_STREAM, "stream part", obj, f"{where}." if where else "")
     return part
 
 
 def part_to_wire(part: AgentStreamPart) -> dict[str, Any]:
     """The seed's JSON for a stream part."""
-    if type(part) is RunSnapshot:
-        return {"type": "nested-run", "run": _run_to_wire(part.run)}
-    tag, fields = _STREAM_BY_CLASS[type(part)]
-    return _write_fields(part, tag, fields)
+    return _STREAM_ENCODE[type(part)](part)
 
 
 def part_from_wire(obj: Mapping[str, Any]) -> AgentStreamPart:
     """A stream part from trusted wire data (the store): no per-field checks."""
-    tag = obj["type"]
-    if tag == "nested-run":
-        return RunSnapshot(run_from_wire(obj["run"]))
-    cls, fields = _STREAM[tag]
-    part: AgentStreamPart = cls(**{f.attr: obj[f.wire] for f in fields if f.wire in obj})
+    part: AgentStreamPart = _STREAM_DECODE[obj["type"]](obj)
     return part
 
 
@@ -394,14 +411,71 @@ _TOOL_STATES = _one_of("running", "awaiting-confirmation", "done", "error", "can
 _RUN_STATUS = _one_of("idle", "streaming", "error")
 _ROLE = _one_of("user", "assistant", "system")
 
+_MESSAGE_PARTS: Final[dict[str, _Table]] = {
+    "text": (TextPart, (_req("id", "id", _nonempty), _req("text", "text", _str))),
+    "reasoning": (ReasoningPart, (_req("id", "id", _nonempty), _req("text", "text", _str))),
+    "tool": (
+        ToolPart,
+        (
+            _req("id", "id", _nonempty),
+            _req("name", "name", _str),
+            _req("state", "state", _TOOL_STATES),
+            _opt("input", "input", _json, omit="never"),
+            _opt("output", "output", _json, omit="none"),
+            _opt("error", "error", _str, omit="none"),
+            _opt("prompt", "prompt", _str, omit="none"),
+            _opt("inputText", "input_text", _str, omit="none"),
+            _opt("agent", "agent", _NESTED_RUN, omit="none", **_RUN_CODEC),
+        ),
+    ),
+    "compaction": (
+        CompactionPart,
+        (
+            _req("id", "id", _nonempty),
+            _req("status", "status", _one_of("running", "completed", "failed", "interrupted")),
+            _opt("summary", "summary", _str, omit="none"),
+            _opt("inputTokens", "input_tokens", _int, omit="none"),
+            _opt("thresholdTokens", "threshold_tokens", _int, omit="none"),
+            _opt("usage", "usage", _object, omit="none"),
+        ),
+    ),
+    "data": (
+        DataPart,
+        (_req("id", "id", _nonempty), _req("name", "name", _nonempty), _opt("data", "data", _json, omit="never")),
+    ),
+}
+"""Every message part: its class and field table, by wire tag."""
+
+_MESSAGE_PART_ENCODE: Final = _encoders(_MESSAGE_PARTS)
+_MESSAGE_PART_DECODE: Final = _decoders(_MESSAGE_PARTS)
+
+_MESSAGE: Final[tuple[_Field, ...]] = (
+    _req("id", "id", _nonempty),
+    _req("role", "role", _ROLE),
+    _opt(
+        "parts",
+        "parts",
+        lambda v, w: tuple(_list(v, w, _parse_message_part)),
+        (),
+        omit="never",
+        encode=lambda v: [_MESSAGE_PART_ENCODE[type(p)](p) for p in v],
+        decode=lambda v: tuple(_MESSAGE_PART_DECODE[p["type"]](p) for p in v),
+    ),
+    _opt("revision", "revision", _int, 0, omit="never"),
+    _opt("metadata", "metadata", _object, omit="none", encode=dict),
+)
+"""A message's field table."""
+
+_MESSAGE_ENCODE: Final = encoder(AgentMessage, [f.row() for f in _MESSAGE])
+_MESSAGE_DECODE: Final = decoder(AgentMessage, [f.row() for f in _MESSAGE])
+
 
 def part_to_wire_message(part: MessagePart, *, with_agent: bool = True) -> dict[str, Any]:
     """The wire JSON of a message part (``with_agent=False`` leaves a nested run out)."""
-    if not with_agent and type(part) is ToolPart and part.agent is not None:
-        wire = _message_part_to_wire(part)
-        del wire["agent"]
-        return wire
-    return _message_part_to_wire(part)
+    wire = _MESSAGE_PART_ENCODE[type(part)](part)
+    if not with_agent:
+        wire.pop("agent", None)
+    return wire
 
 
 def run_status_to_wire(run: SessionState | NestedRun) -> dict[str, Any]:
@@ -412,106 +486,22 @@ def run_status_to_wire(run: SessionState | NestedRun) -> dict[str, Any]:
     return out
 
 
-def _message_part_to_wire(part: MessagePart) -> dict[str, Any]:
-    if type(part) is TextPart:
-        return {"type": "text", "id": part.id, "text": part.text}
-    if type(part) is ReasoningPart:
-        return {"type": "reasoning", "id": part.id, "text": part.text}
-    if type(part) is ToolPart:
-        out: dict[str, Any] = {
-            "type": "tool",
-            "id": part.id,
-            "name": part.name,
-            "state": part.state,
-            "input": part.input,
-        }
-        for key, item in (("output", part.output), ("error", part.error), ("prompt", part.prompt)):
-            if item is not None:
-                out[key] = item
-        if part.input_text is not None:
-            out["inputText"] = part.input_text
-        if part.agent is not None:
-            out["agent"] = _run_to_wire(part.agent)
-        return out
-    if type(part) is CompactionPart:
-        comp: dict[str, Any] = {"type": "compaction", "id": part.id, "status": part.status}
-        for key, item in (
-            ("summary", part.summary),
-            ("inputTokens", part.input_tokens),
-            ("thresholdTokens", part.threshold_tokens),
-            ("usage", part.usage),
-        ):
-            if item is not None:
-                comp[key] = item
-        return comp
-    assert type(part) is DataPart
-    return {"type": "data", "id": part.id, "name": part.name, "data": part.data}
-
-
-_MESSAGE_PART_TAGS: Final = dict.fromkeys(("text", "reasoning", "tool", "compaction", "data"))
-
-
 def _parse_message_part(obj: Any, prefix: str) -> MessagePart:
-    tag = _tagged(obj, "message part", prefix, _MESSAGE_PART_TAGS)
-    what = f"a {tag!r} part"
-    if tag in ("text", "reasoning"):
-        kw = _read_fields(obj, (_req("id", "id", _nonempty), _req("text", "text", _str)), what, prefix)
-        return TextPart(kw["id"], kw["text"]) if tag == "text" else ReasoningPart(kw["id"], kw["text"])
-    if tag == "tool":
-        kw = _read_fields(
-            obj,
-            (
-                _req("id", "id", _nonempty),
-                _req("name", "name", _str),
-                _req("state", "state", _TOOL_STATES),
-                _opt("input", "input", _json),
-                _opt("output", "output", _json),
-                _opt("error", "error", _str),
-                _opt("prompt", "prompt", _str),
-                _opt("inputText", "input_text", _str),
-                _opt("agent", "agent", lambda v, w: _parse_run(v, f"{w}.", NestedRun)),
-            ),
-            what,
-            prefix,
-        )
-        return ToolPart(**kw)
-    if tag == "compaction":
-        kw = _read_fields(
-            obj,
-            (
-                _req("id", "id", _nonempty),
-                _req("status", "status", _one_of("running", "completed", "failed", "interrupted")),
-                _opt("summary", "summary", _str),
-                _opt("inputTokens", "input_tokens", _int),
-                _opt("thresholdTokens", "threshold_tokens", _int),
-                _opt("usage", "usage", _object),
-            ),
-            what,
-            prefix,
-        )
-        return CompactionPart(**kw)
-    kw = _read_fields(
-        obj, (_req("id", "id", _nonempty), _req("name", "name", _nonempty), _opt("data", "data", _json)), what, prefix
-    )
-    return DataPart(kw["id"], kw["name"], kw.get("data"))
+    part: MessagePart = _parse_tagged(_MESSAGE_PARTS, "message part", obj, prefix)
+    return part
 
 
 def message_from_wire(obj: Mapping[str, Any]) -> AgentMessage:
     """A message from trusted wire data (our own mutations and snapshots): no per-field checks."""
-    return AgentMessage(
-        obj["id"],
-        obj["role"],
-        tuple(message_part_from_wire(p) for p in obj.get("parts", ())),
-        obj.get("revision", 0),
-        obj.get("metadata"),
-    )
+    message: AgentMessage = _MESSAGE_DECODE(obj)
+    return message
 
 
 def run_from_wire(obj: Mapping[str, Any]) -> NestedRun:
     """A sub-agent's run from trusted wire data (a nested snapshot, a tool part's ``agent``)."""
     error = obj.get("error")
     return NestedRun(
-        PVec([message_from_wire(m) for m in obj.get("messages", ())]),
+        PVec([_MESSAGE_DECODE(m) for m in obj.get("messages", ())]),
         obj.get("status", "streaming"),
         None if error is None else SessionError(error["message"], error.get("code")),
     )
@@ -519,48 +509,13 @@ def run_from_wire(obj: Mapping[str, Any]) -> NestedRun:
 
 def message_part_from_wire(obj: Mapping[str, Any]) -> MessagePart:
     """A message part from trusted wire data."""
-    tag = obj["type"]
-    if tag == "text":
-        return TextPart(obj["id"], obj["text"])
-    if tag == "tool":
-        agent = obj.get("agent")
-        nested = None if agent is None else run_from_wire(agent)
-        return ToolPart(
-            obj["id"],
-            obj["name"],
-            obj.get("input"),
-            obj["state"],
-            output=obj.get("output"),
-            error=obj.get("error"),
-            prompt=obj.get("prompt"),
-            agent=nested,
-            input_text=obj.get("inputText"),
-        )
-    if tag == "reasoning":
-        return ReasoningPart(obj["id"], obj["text"])
-    if tag == "compaction":
-        return CompactionPart(
-            obj["id"],
-            obj["status"],
-            obj.get("summary"),
-            obj.get("inputTokens"),
-            obj.get("thresholdTokens"),
-            obj.get("usage"),
-        )
-    return DataPart(obj["id"], obj["name"], obj.get("data"))
+    part: MessagePart = _MESSAGE_PART_DECODE[obj["type"]](obj)
+    return part
 
 
 def message_to_wire(message: AgentMessage) -> dict[str, Any]:
     """The wire JSON of a message (``{"id", "role", "parts", "revision", "metadata"?}``)."""
-    out: dict[str, Any] = {
-        "id": message.id,
-        "role": message.role,
-        "parts": [_message_part_to_wire(p) for p in message.parts],
-        "revision": message.revision,
-    }
-    if message.metadata is not None:
-        out["metadata"] = dict(message.metadata)
-    return out
+    return _MESSAGE_ENCODE(message)
 
 
 def parse_message(obj: Any, *, where: str = "") -> AgentMessage:
@@ -568,19 +523,7 @@ def parse_message(obj: Any, *, where: str = "") -> AgentMessage:
     prefix = f"{where}." if where else ""
     if not isinstance(obj, Mapping):
         raise ParseError(f"{where or 'a message'} must be an object, got {_kind(obj)}", where)
-    kw = _read_fields(
-        obj,
-        (
-            _req("id", "id", _nonempty),
-            _req("role", "role", _ROLE),
-            _opt("parts", "parts", lambda v, w: _list(v, w, _parse_message_part)),
-            _opt("revision", "revision", _int, 0),
-            _opt("metadata", "metadata", _object),
-        ),
-        "a message",
-        prefix,
-    )
-    return AgentMessage(kw["id"], kw["role"], tuple(kw.get("parts", ())), kw.get("revision", 0), kw.get("metadata"))
+    return AgentMessage(**_read_fields(obj, _MESSAGE, "a message", prefix))
 
 
 def _list(value: Any, where: str, item: Callable[[Any, str], Any]) -> list[Any]:
@@ -590,7 +533,7 @@ def _list(value: Any, where: str, item: Callable[[Any, str], Any]) -> list[Any]:
 
 
 def _run_to_wire(run: SessionState | NestedRun) -> dict[str, Any]:
-    out: dict[str, Any] = {"messages": [message_to_wire(m) for m in run.messages], "status": run.status}
+    out: dict[str, Any] = {"messages": [_MESSAGE_ENCODE(m) for m in run.messages], "status": run.status}
     if run.error is not None:
         out["error"] = _error_to_wire(run.error)
     return out
@@ -628,7 +571,7 @@ def _parse_run(obj: Any, prefix: str, kind: type[Any]) -> Any:
         prefix,
     )
     default_status = "idle" if kind is SessionState else "streaming"
-    return kind(PVec(kw.get("messages", ())), kw.get("status", default_status), kw.get("error"))
+    return kind(PVec(kw["messages"] or ()), kw["status"] or default_status, kw["error"])
 
 
 def state_to_wire(state: SessionState) -> dict[str, Any]:

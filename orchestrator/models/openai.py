@@ -17,16 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import enum
 import inspect
-import json
-import math
 import os
-import random
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -34,16 +28,23 @@ import structlog
 
 from orchestrator.core._json import JsonObject, JsonValue
 from orchestrator.core.errors import ConfigError, ModelError
-from orchestrator.core.parts import AgentMessage, TextPart, ToolPart
-from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
-from orchestrator.models.base import CancelSignal, ModelRequest, ToolSpec
+from orchestrator.core.stream import AgentStreamPart
+from orchestrator.models.base import CancelSignal, ModelRequest
 
 if TYPE_CHECKING:
     import openai
     from openai import AsyncStream
     from openai.types.chat import ChatCompletionChunk
-    from openai.types.chat.chat_completion_chunk import ChoiceDelta, ChoiceDeltaToolCall
-    from openai.types.completion_usage import CompletionUsage
+
+from orchestrator.models.openai_errors import (
+    DEFAULT_RETRIES,
+    NO_RETRIES,
+    RETRIED_CODES,
+    RetrySchedule,
+    model_error,
+    retry_after,
+)
+from orchestrator.models.openai_wire import StepAssembler, to_openai_messages, to_openai_tools
 
 __all__ = ["DEFAULT_RETRIES", "NO_RETRIES", "OpenAIChatModel", "RetrySchedule", "to_openai_messages", "to_openai_tools"]
 
@@ -56,56 +57,6 @@ _RESERVED_SETTINGS: Final = frozenset({"model", "messages", "stream", "tools"})
 
 _PLACEHOLDER_KEY: Final = "not-needed"
 """Sent to a local server (``base_url`` set) when no key is configured: the client insists on one."""
-
-_FINISH_REASONS: Final[Mapping[str, str]] = {
-    "stop": "stop",
-    "tool_calls": "tool-calls",
-    "function_call": "tool-calls",
-    "length": "length",
-    "content_filter": "content-filter",
-}
-
-_REASONING_FIELDS: Final = ("reasoning_content", "reasoning")
-"""Where servers put reasoning text: vLLM/DeepSeek ``reasoning_content``, Ollama/newer vLLM ``reasoning``."""
-
-
-_RETRIED_CODES: Final = frozenset({"rate_limited", "network"})
-"""The ``ModelError`` codes worth another try: a 429, a 5xx, a connection error or a timeout."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetrySchedule:
-    """How a step whose response has not started yet is tried again."""
-
-    delays: tuple[float, ...] = (0.5, 1.0, 2.0)
-    """Seconds before each retry; as many retries as delays."""
-    max_retry_after: float = 8.0
-    """The longest server ``Retry-After`` honoured; a longer one waits this long. A step that
-    waits minutes looks hung; failing with ``rate_limited`` lets the caller decide."""
-    jitter: float = 0.25
-    """Each delay is shortened by up to this fraction at random, so that sessions rate-limited
-    together do not all come back together (a server's ``Retry-After`` is kept as given)."""
-
-    def delay(self, retry: int, retry_after: float | None, draw: Callable[[], float] = random.random) -> float | None:
-        """Seconds to wait before retry number ``retry`` (from 0), or ``None`` when none is left.
-
-        Args:
-            retry: How many retries were made already.
-            retry_after: What the server asked for (``Retry-After``), if it did.
-            draw: A number in [0, 1) for the jitter.
-        """
-        if retry >= len(self.delays):
-            return None
-        if retry_after is not None:
-            return min(max(retry_after, 0.0), self.max_retry_after)
-        return self.delays[retry] * (1.0 - self.jitter * draw())
-
-
-DEFAULT_RETRIES: Final = RetrySchedule()
-"""0.5, 1 and 2 s (less jitter), a ``Retry-After`` up to 8 s each: a passing rate limit or
-restart is ridden out in a few seconds, and a lasting one fails the step soon enough to tell."""
-NO_RETRIES: Final = RetrySchedule(())
-"""Fail on the first error."""
 
 
 def _load_openai() -> Any:
@@ -305,7 +256,7 @@ class OpenAIChatModel:
                             yield part
                     return
                 except ModelError as error:
-                    delay = None if yielded or error.code not in _RETRIED_CODES else self._delay(retry, error)
+                    delay = None if yielded or error.code not in RETRIED_CODES else self._delay(retry, error)
                     if delay is None:
                         raise
                     log.warning("model_retry", model=self.name, code=error.code, retry=retry + 1, delay=round(delay, 3))
@@ -317,7 +268,7 @@ class OpenAIChatModel:
     def _delay(self, retry: int, error: ModelError) -> float | None:
         """Seconds before retrying after ``error`` (its cause may carry a ``Retry-After``)."""
         response = getattr(error.__cause__, "response", None)
-        return self.retries.delay(retry, _retry_after(getattr(response, "headers", None)))
+        return self.retries.delay(retry, retry_after(getattr(response, "headers", None)))
 
     async def _attempt(
         self,
@@ -328,7 +279,7 @@ class OpenAIChatModel:
         cancelled: asyncio.Future[None],
     ) -> AsyncGenerator[AgentStreamPart, None]:
         """One request of the step and the parts of its response."""
-        assembler = _StepAssembler(request)
+        assembler = StepAssembler(request)
         chunks: AsyncStream[ChatCompletionChunk] | None = None
         try:
             created = await _unless_cancelled(
@@ -372,7 +323,7 @@ class OpenAIChatModel:
         try:
             return await step
         except openai.OpenAIError as err:
-            raise _model_error(openai, err, self.name, self.base_url, started) from err
+            raise model_error(openai, err, self.name, self.base_url, started) from err
         except ValueError as err:  # an event whose data is not JSON
             raise ModelError(f"{self.name}: {self.base_url} sent a malformed stream event: {err}") from err
 
@@ -418,27 +369,6 @@ async def _unless_cancelled(step: Coroutine[Any, Any, _T], cancelled: asyncio.Fu
     return task.result()
 
 
-def _retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """The wait a response asks for, in seconds; ``None`` when it asks for none readable.
-
-    ``retry-after-ms`` (OpenAI's) first, then ``retry-after`` in seconds or as an HTTP date.
-    """
-    if headers is None:
-        return None
-    for header, unit in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(header)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) * unit
-        except ValueError:
-            continue
-        return seconds if math.isfinite(seconds) else None
-    date = headers.get("retry-after")
-    when = email.utils.parsedate_tz(date) if date else None
-    return None if when is None else email.utils.mktime_tz(when) - time.time()
-
-
 def _keyword_names(function: Any) -> frozenset[str]:
     """The keywords ``function`` accepts (``*`` when it takes any)."""
     try:
@@ -448,270 +378,3 @@ def _keyword_names(function: Any) -> frozenset[str]:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return frozenset({"*"})
     return frozenset(p.name for p in parameters)
-
-
-# --- errors -------------------------------------------------------------------------------------
-
-
-def _model_error(openai: Any, err: Exception, name: str, base_url: str, started: bool) -> ModelError:
-    if isinstance(err, openai.APIStatusError):
-        status: int = err.status_code
-        reason = getattr(err.response, "reason_phrase", "")
-        status_line = f"HTTP {status} {reason}" if reason else f"HTTP {status}"
-        message = f"{name}: {base_url} answered {status_line}: {_server_message(err)}"
-        return ModelError(message, _status_code(status))
-    if isinstance(err, openai.APIConnectionError):
-        cause = err.__cause__
-        detail = f"{type(cause).__name__}: {cause}" if cause is not None and str(cause) else err.message
-        if isinstance(err, openai.APITimeoutError):
-            what = f"timed out waiting for {base_url}"
-        elif started:
-            what = f"lost the connection to {base_url} mid-stream"
-        else:
-            what = f"could not reach {base_url}"
-        return ModelError(f"{name}: {what} ({detail})", "network")
-    if isinstance(err, openai.APIError):
-        # An error event inside a 200 stream; LiteLLM-style bodies carry the upstream status.
-        status_text = str(err.code) if err.code is not None else ""
-        code = _status_code(int(status_text)) if status_text.isdigit() else "network"
-        return ModelError(f"{name}: {base_url} reported an error mid-stream: {_server_message(err)}", code)
-    return ModelError(f"{name}: {type(err).__name__}: {err}")
-
-
-def _status_code(status: int) -> str:
-    """The SessionError code for an HTTP status: 429 and other 4xx are final, the rest transient."""
-    if status == 429:
-        return "rate_limited"
-    return "bad_request" if 400 <= status < 500 else "network"
-
-
-def _server_message(err: Any) -> str:
-    body = err.body
-    if isinstance(body, Mapping):
-        message = body.get("message")
-        if isinstance(message, str) and message:
-            return message
-    if isinstance(body, str) and body.strip():
-        return body.strip()[:500]
-    return str(err.message)
-
-
-# --- the prompt ---------------------------------------------------------------------------------
-
-
-def to_openai_messages(messages: Sequence[AgentMessage], instructions: str | None = None) -> list[JsonObject]:
-    """The Chat Completions ``messages`` for a conversation.
-
-    Tool calls that are still open (``running``, ``awaiting-confirmation``) are left out with
-    their results: the API rejects a call without a result. Reasoning, data and compaction parts
-    never enter the prompt; a message with nothing left is omitted.
-    """
-    out: list[JsonObject] = []
-    if instructions:
-        out.append({"role": "system", "content": instructions})
-    for message in messages:
-        if message.role == "assistant":
-            out.extend(_assistant_messages(message))
-        else:
-            text = message.text
-            if text:
-                out.append({"role": message.role, "content": text})
-    return out
-
-
-def _assistant_messages(message: AgentMessage) -> list[JsonObject]:
-    out: list[JsonObject] = []
-    text: list[str] = []
-    calls: list[ToolPart] = []
-
-    def flush() -> None:
-        if not text and not calls:
-            return
-        entry: JsonObject = {"role": "assistant", "content": "".join(text) if text else None}
-        if calls:
-            entry["tool_calls"] = [_tool_call(call) for call in calls]
-        out.append(entry)
-        out.extend({"role": "tool", "tool_call_id": call.id, "content": _tool_result(call)} for call in calls)
-        text.clear()
-        calls.clear()
-
-    for part in message.parts:
-        if isinstance(part, TextPart):
-            if calls:  # text after tool calls answers their results: a new assistant message
-                flush()
-            if part.text:
-                text.append(part.text)
-        elif isinstance(part, ToolPart) and not part.is_open:
-            calls.append(part)
-    flush()
-    return out
-
-
-def _tool_call(call: ToolPart) -> JsonObject:
-    arguments = call.input if call.input is not None else {}
-    function: JsonObject = {"name": call.name, "arguments": json.dumps(arguments)}
-    return {"id": call.id, "type": "function", "function": function}
-
-
-def _tool_result(call: ToolPart) -> str:
-    if call.state == "done":
-        return call.output if isinstance(call.output, str) else json.dumps(call.output)
-    if call.state == "error":
-        return f"Error: {call.error or 'the tool failed'}"
-    return call.error or "Cancelled by the user."
-
-
-def to_openai_tools(tools: Sequence[ToolSpec]) -> list[JsonObject]:
-    """The Chat Completions ``tools`` for tool specs."""
-    return [
-        {
-            "type": "function",
-            "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)},
-        }
-        for t in tools
-    ]
-
-
-# --- the response -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _PendingCall:
-    """A tool call while its fragments arrive."""
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: list[str] = field(default_factory=list)
-    streamed: int = 0
-    """How many argument fragments were already sent as ``ToolInputDelta``."""
-
-
-class _StepAssembler:
-    """Turns chunks into parts; keeps what completes only at the end (reasoning, tool calls)."""
-
-    def __init__(self, request: ModelRequest) -> None:
-        self._request = request
-        self._reasoning: list[str] = []
-        self._calls: dict[int, _PendingCall] = {}
-        self._last_index: int | None = None
-        self.finish_reason: str | None = None
-        self._usage: CompletionUsage | None = None
-
-    def feed(self, chunk: ChatCompletionChunk) -> list[AgentStreamPart]:
-        out: list[AgentStreamPart] = []
-        if chunk.usage is not None:
-            self._usage = chunk.usage
-        for choice in chunk.choices or ():
-            if choice.index != 0:  # n > 1: the step is the first choice
-                continue
-            if choice.delta is not None:
-                self._feed_delta(choice.delta, out)
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
-        return out
-
-    def _feed_delta(self, delta: ChoiceDelta, out: list[AgentStreamPart]) -> None:
-        # Servers that send both names repeat the same text; take the first one present.
-        for key in _REASONING_FIELDS:
-            reasoning = getattr(delta, key, None)
-            if isinstance(reasoning, str) and reasoning:
-                self._reasoning.append(reasoning)
-                break
-        for text in (delta.content, delta.refusal):
-            if text:
-                self._flush_reasoning(out)
-                out.append(TextDelta(text))
-        for fragment in delta.tool_calls or ():
-            self._flush_reasoning(out)
-            self._feed_tool_fragment(fragment, out)
-
-    def _flush_reasoning(self, out: list[AgentStreamPart]) -> None:
-        if self._reasoning:
-            out.append(Reasoning("".join(self._reasoning)))
-            self._reasoning.clear()
-
-    def _feed_tool_fragment(self, fragment: ChoiceDeltaToolCall, out: list[AgentStreamPart]) -> None:
-        index = self._index_of(fragment)
-        call = self._calls.get(index)
-        if call is None:
-            call = self._calls[index] = _PendingCall(index)
-        self._last_index = index
-        # Some servers repeat the id and the whole name on every fragment: the first one counts.
-        if fragment.id and call.id is None:
-            call.id = fragment.id
-        function = fragment.function
-        if function is not None:
-            if function.name and call.name is None:
-                call.name = function.name
-            if function.arguments:
-                call.arguments.append(function.arguments)
-        if call.name is not None and call.streamed < len(call.arguments):
-            first = call.streamed == 0
-            delta = "".join(call.arguments[call.streamed :])
-            call.streamed = len(call.arguments)
-            out.append(ToolInputDelta(self._id_of(call), delta, name=call.name if first else None))
-
-    def _index_of(self, fragment: ChoiceDeltaToolCall) -> int:
-        index = getattr(fragment, "index", None)
-        if isinstance(index, int):
-            return index
-        # No index (a few servers): a new id starts a call, anything else continues the last one.
-        known_ids = {c.id for c in self._calls.values()}
-        if self._last_index is None or (fragment.id and fragment.id not in known_ids):
-            return max(self._calls, default=-1) + 1
-        return self._last_index
-
-    def _id_of(self, call: _PendingCall) -> str:
-        if call.id is None:
-            r = self._request
-            call.id = f"call_{r.session_id}_{r.turn_index}_{r.step_index}_{call.index}"
-        return call.id
-
-    def finish(self) -> list[AgentStreamPart]:
-        out: list[AgentStreamPart] = []
-        self._flush_reasoning(out)
-        for index in sorted(self._calls):
-            call = self._calls[index]
-            if call.name is None and not call.arguments:
-                continue  # an empty fragment, not a call
-            arguments = "".join(call.arguments)
-            out.append(ToolCall(self._id_of(call), call.name or "", _parse_arguments(arguments)))
-        reason = _FINISH_REASONS.get(self.finish_reason or "", "other")
-        out.append(StepFinish(usage=_usage(self._usage), finish_reason=reason))
-        return out
-
-
-def _parse_arguments(arguments: str) -> JsonValue:
-    """The call's input; the raw text when it is not JSON (the loop's validation tells the model)."""
-    if not arguments.strip():
-        return {}
-    try:
-        value: JsonValue = json.loads(arguments)
-    except ValueError:
-        return arguments
-    return value
-
-
-def _usage(usage: CompletionUsage | None) -> JsonObject | None:
-    if usage is None:
-        return None
-    prompt = _int(getattr(usage, "prompt_tokens", None))
-    completion = _int(getattr(usage, "completion_tokens", None))
-    total = getattr(usage, "total_tokens", None)
-    out: JsonObject = {
-        "inputTokens": prompt,
-        "outputTokens": completion,
-        "totalTokens": total if isinstance(total, int) else prompt + completion,
-    }
-    reasoning = getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None)
-    if isinstance(reasoning, int):
-        out["reasoningTokens"] = reasoning
-    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None)
-    if isinstance(cached, int):
-        out["cachedInputTokens"] = cached
-    return out
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) else 0

@@ -102,7 +102,8 @@ class SessionLog:
         """
         index = self.index + offset + 1
         event_id = event.id or derived_event_id(self.session_id, index)
-        return Event(event_id, event.type, event.payload, event.at or now, self.session_id, index)
+        # The typed payload goes along: stamping never decodes the wire dict again.
+        return Event(event_id, event.type, event.payload, event.at or now, self.session_id, index, data=event.data)
 
     def fold(self, stamped: Sequence[Event], state: AIState | None = None) -> list[Applied]:
         """Fold stamped events over ``state`` (default: the current state), without writing."""

@@ -24,9 +24,9 @@ from orchestrator.core.aistate import AIState
 from orchestrator.core.buffer import coalesce
 from orchestrator.core.errors import ModelError
 from orchestrator.core.events import Event
+from orchestrator.core.payloads import Stream
 from orchestrator.core.plan import RunStep
 from orchestrator.core.stream import AgentStreamPart, MessageMetadata, StepFinish, TextDelta, ToolCall
-from orchestrator.core.wire import part_to_wire
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
 from orchestrator.run.agent import Agent, MetadataContext, ResolverContext
 from orchestrator.run.compaction import (
@@ -336,16 +336,16 @@ class _StepStream:
         if self.parts and (self.flushing is None or self.flushing.done()):
             self.flushing = asyncio.ensure_future(self._flush())
 
-    def _take(self) -> list[JsonValue]:
+    def _take(self) -> tuple[AgentStreamPart, ...]:
         parts, self.parts = self.parts, []
-        return [part_to_wire(p) for p in coalesce(parts)]  # wire dicts are JSON objects
+        return tuple(coalesce(parts))  # typed: the fold applies them as they are; the store encodes once
 
     async def _flush(self, extra: Sequence[Event] = ()) -> None:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        wire = self._take()
-        events = [Event("", ai.STREAM, {"stepId": self.step_id, "parts": wire})] if wire else []
+        parts = self._take()
+        events = [Event("", ai.STREAM, data=Stream(self.step_id, parts=parts))] if parts else []
         if events or extra:
             # Queued with whatever else the session writes next; if the step was stopped or
             # superseded meanwhile, these are dropped when the write is assembled.

@@ -7,6 +7,12 @@ the two forms cannot be confused and no column is spent on a flag. Stream events
 ``{"type": "text-delta", "delta": ...}`` hundreds of times, which deflate turns into a few bytes
 per part (measured: 33 bytes of file per text-delta raw, 3-5 deflated; a 3-turn session
 21 KB raw, 11 KB deflated). The log is mostly stream events, so this is where storage goes.
+
+A backend stores ``Event.payload``, the wire dict, and reads it back with ``decode``; the
+``Event`` it builds from that dict decodes a built-in event's typed payload (``Event.data``)
+once, with the trusted fast decoder (``orchestrator.core.payloads.payload_from_wire``): the
+store holds only what the server wrote. A log from a source that is not trusted is read with
+``payload_from_wire``'s checking twin, ``parse_payload``.
 """
 
 from __future__ import annotations

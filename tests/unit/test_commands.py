@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.core import event_types as ai
-from orchestrator.core.aistate import ActiveTurn
+from orchestrator.core import payloads
+from orchestrator.core.aistate import ActiveTurn, AIState
 from orchestrator.core.commands import (
     EditInput,
     MoveInput,
@@ -494,3 +495,14 @@ def test_decide_is_pure() -> None:
     before = d.state
     decide(before, StopTurn("x", "t1"))
     assert d.state is before
+
+
+def test_decide_writes_typed_payloads_in_the_permanent_wire_shape() -> None:
+    decision = decide(AIState(), SendInput("u-1", "Hi"), at=7.0)
+    command, decided = decision.events
+    assert command.data == payloads.Input("user", "Hi", True)
+    assert command.payload == {"role": "user", "text": "Hi", "generate": True}
+    assert decided.data == payloads.Decided("u-1", "applied")
+    assert decided.payload == {"commandId": "u-1", "outcome": "applied"}
+    moved = command_event(MoveInput("m-1", "u-1"))
+    assert moved.payload == {"inputId": "u-1", "beforeId": None}  # null kept, as every log has it

@@ -16,9 +16,9 @@ import structlog
 from orchestrator.core.errors import ConfigError, ModelError
 from orchestrator.core.parts import AgentMessage, DataPart, ReasoningPart, TextPart, ToolPart
 from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall, ToolInputDelta
-from orchestrator.models import openai as openai_module
 from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest, ToolSpec
 from orchestrator.models.openai import DEFAULT_RETRIES, NO_RETRIES, OpenAIChatModel, RetrySchedule
+from orchestrator.models.openai_errors import retry_after
 from orchestrator.testing import eventually
 from orchestrator.testing_openai import (
     ErrorReply,
@@ -472,12 +472,12 @@ def test_the_default_schedule_and_its_delays() -> None:
     ],
 )
 def test_retry_after_headers(headers: dict[str, str], seconds: float | None) -> None:
-    assert openai_module._retry_after(headers) == seconds
+    assert retry_after(headers) == seconds
 
 
 def test_retry_after_as_an_http_date() -> None:
     date = email.utils.formatdate(time.time() + 30, usegmt=True)
-    waited = openai_module._retry_after({"retry-after": date})
+    waited = retry_after({"retry-after": date})
     assert waited is not None and 25 < waited <= 30
 
 

@@ -44,9 +44,11 @@ from orchestrator import (
     parse_part,
     parse_state,
 )
-from orchestrator.core import errors
+from orchestrator.core import errors, payloads
 from orchestrator.core._pvec import PVec
 from orchestrator.core.actions import SessionAction
+from orchestrator.core.events import Event
+from orchestrator.core.payloads import parse_payload, payload_from_wire, payload_to_wire
 from orchestrator.core.stream import AgentStreamPart
 from orchestrator.core.wire import (
     action_to_wire,
@@ -296,3 +298,77 @@ def test_every_exported_name_imports() -> None:
     eager = [n for n in orchestrator.__all__ if n not in {"Runtime", "tool", "ToolContext"}]
     for name in eager:
         assert getattr(orchestrator, name) is not None, name
+
+
+# -- built-in event payloads ---------------------------------------------------------------------
+
+PAYLOADS: list[tuple[str, dict[str, Any]]] = [
+    ("ai.input", {"role": "user", "text": "Hi", "generate": True, "steer": "t1"}),
+    ("ai.input.move", {"inputId": "u-1", "beforeId": None}),
+    ("ai.turn.stop", {"turnId": None, "cancelQueued": True}),
+    ("ai.control.decided", {"commandId": "u-1", "outcome": "rejected", "reason": "not-pending"}),
+    ("ai.turn.started", {"turnId": "t1", "inputIds": ["u-1", "u-2"], "messageId": "t1:reply", "retry": False}),
+    ("ai.stream", {"stepId": "t1.s0", "parts": [{"type": "text-delta", "delta": "Hi"}, {"type": "finish"}]}),
+    ("ai.stream", {"callId": "c1", "parts": [{"type": "tool-result", "id": "c1", "output": 1, "preliminary": True}]}),
+    ("ai.step.finished", {"stepId": "s", "finishReason": "tool-calls", "toolCalls": [{"id": "c1", "name": "x"}]}),
+    ("ai.tool.finished", {"callId": "c1", "output": None}),
+    ("ai.nested", {"callId": "c1", "seq": 2, "actions": [{"type": "send", "id": "u", "text": "t"}, {"type": "stop"}]}),
+    ("ai.compaction", {"id": "k", "status": "completed", "summary": "S", "through": 3, "usage": {"inputTokens": 1}}),
+    ("ai.turn.retry", {}),
+]
+
+
+@pytest.mark.parametrize(("kind", "wire"), PAYLOADS)
+def test_a_builtin_payload_reads_the_same_checked_and_trusted_and_writes_its_wire_shape(
+    kind: str, wire: dict[str, Any]
+) -> None:
+    checked = parse_payload(kind, wire)
+    assert checked == payload_from_wire(kind, wire)
+    assert checked.type == kind
+    assert payload_to_wire(checked) == wire
+    assert unpack(pack(payload_to_wire(checked))) == wire
+
+
+@pytest.mark.parametrize(
+    ("kind", "wire", "where"),
+    [
+        ("ai.turn.started", {"turnId": "t1", "inputIds": [1], "messageId": "m"}, "payload.inputIds.0"),
+        ("ai.turn.started", {"turnId": "t1", "inputIds": [], "messageId": "m", "bogus": 1}, "payload.bogus"),
+        ("ai.tool.started", {"name": "x"}, "payload.callId"),
+        ("ai.stream", {"parts": [{"type": "text-delta"}]}, "payload.parts[0].delta"),
+        ("ai.turn.phase", {"turnId": "t1", "phase": "dancing"}, "payload.phase"),
+    ],
+)
+def test_a_bad_builtin_payload_is_refused_naming_the_field(kind: str, wire: dict[str, Any], where: str) -> None:
+    with pytest.raises(ParseError) as caught:
+        parse_payload(kind, wire)
+    assert caught.value.field == where
+    assert kind in caught.value.message
+
+
+def test_parse_payload_refuses_an_app_type_and_a_non_object() -> None:
+    with pytest.raises(ParseError, match="not a built-in event type"):
+        parse_payload("cart.item_added", {})
+    with pytest.raises(ParseError, match="must be an object"):
+        parse_payload("ai.input", ["x"])
+
+
+def test_an_event_made_typed_and_the_same_event_read_from_wire_are_the_same_content() -> None:
+    typed = Event("e-1", "ai.stream", data=payloads.Stream("t1.s0", parts=(TextDelta("Hi"), Finish())))
+    assert typed.payload == {"stepId": "t1.s0", "parts": [{"type": "text-delta", "delta": "Hi"}, {"type": "finish"}]}
+    stored = Event("e-1", "ai.stream", unpack(pack(typed.payload)), 5.0, "s", 3)
+    assert stored.data == typed.data
+    assert stored.same_content(typed) and typed.same_content(stored)
+    changed = Event("e-1", "ai.stream", data=payloads.Stream("t1.s0", parts=(TextDelta("Ho"),)))
+    assert not changed.same_content(typed)
+    assert pickle.loads(pickle.dumps(stored)) == stored
+    assert pickle.loads(pickle.dumps(stored)).data == stored.data
+
+
+def test_an_event_whose_typed_payload_is_of_another_type_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"ai\.turn\.retry"):
+        Event("e-1", "ai.stream", data=payloads.TurnRetry())
+
+
+def test_an_app_event_has_no_typed_payload() -> None:
+    assert Event("e-1", "cart.item_added", {"slug": "mug"}).data is None

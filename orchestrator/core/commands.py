@@ -28,6 +28,7 @@ __all__ = [
     "MoveInput",
     "PauseSession",
     "RemoveInput",
+    "ResetSession",
     "Respond",
     "ResumeSession",
     "RetryTurn",
@@ -134,6 +135,13 @@ class Respond:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ResetSession:
+    """Stop the active turn and start a new conversation (the log keeps the old one)."""
+
+    id: str
+
+
 Command: TypeAlias = (
     SendInput
     | EditInput
@@ -145,6 +153,7 @@ Command: TypeAlias = (
     | PauseSession
     | ResumeSession
     | Respond
+    | ResetSession
 )
 
 
@@ -192,6 +201,8 @@ def _command_payload(command: Command) -> CommandPayload:
             return p.Resume()
         case Respond():
             return p.Respond(command.interaction_id, command.approved, command.reason)
+        case ResetSession():
+            return p.SessionReset()
         case _:
             assert_never(command)
 
@@ -276,7 +287,7 @@ def decide(state: AIState, command: Command, at: float = 0.0) -> Decision:
             if not any(m.role == "user" for m in state.messages):
                 return rejected("nothing-to-retry")
             return applied()
-        case PauseSession() | ResumeSession():
+        case PauseSession() | ResumeSession() | ResetSession():
             return applied()
         case Respond():
             interaction = state.interactions.get(command.interaction_id)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from orchestrator.core import event_types as ai
 from orchestrator.core.errors import UsageError
-from orchestrator.core.ids import child_session_id
+from orchestrator.core.ids import CHILD_SEPARATOR, child_session_id
 from orchestrator.store._fork import check_fork
 from orchestrator.store.base import EventStore
 
@@ -48,6 +48,10 @@ class ForkStep:
 async def plan_fork(store: EventStore, source: str, target: str, at: int) -> list[ForkStep]:
     """The logs a fork of ``source`` at ``at`` writes, the root first (checks everything, writes nothing)."""
     src, dst, through = check_fork(source, target, at)
+    if CHILD_SEPARATOR in dst:
+        raise UsageError(
+            f"cannot fork into {dst!r}: use an id without {CHILD_SEPARATOR!r} ('/' joins sub-agent sessions)"
+        )
     last = await store.last_index(src)
     if through > last:
         raise UsageError(

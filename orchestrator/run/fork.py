@@ -7,9 +7,13 @@ two run on their own.
 
 - **Sub-agents come along.** Every delegate call started in ``source``'s first ``at`` events has
   a child session ``<source>/<call id>``; its log is forked too, into ``<target>/<call id>``,
-  through the child's index that ``source`` had seen at ``at`` (the last ``ai.nested`` batch of
-  that call carries it), and so on down the tree. A child that had not started a turn by then
-  is not copied: the fork starts it afresh from its task.
+  and so on down the tree. The child's fork point is what had happened in it before the parent
+  moved past ``at``: the later of the child index the parent had seen (its last ``ai.nested``
+  batch of that call carries it) and the child's last event recorded before the parent's event
+  ``at + 1`` (by their ``at`` times; all of the child when ``at`` is the parent's last index).
+  So a child's tool call that had started by then counts as started, even if the parent had not
+  heard of it yet: a ``report`` tool is never run twice across a fork at any depth. A child
+  that had not started a turn by then is not copied: the fork starts it afresh from its task.
 - **A fork in the middle of a turn** is that turn interrupted, exactly as a crash at ``at``
   would leave it: when the fork is first used, recovery applies the tools' policies
   (``orchestrator.core.recovery``). A ``report`` call that had started by ``at`` is never run
@@ -68,7 +72,10 @@ async def plan_fork(store: EventStore, source: str, target: str, at: int) -> lis
 async def _children(store: EventStore, step: ForkStep, steps: list[ForkStep]) -> None:
     seen: dict[str, int] = {}
     started: list[str] = []
-    for event in await store.read(step.source, after=0, limit=step.through) if step.through else []:
+    read = await store.read(step.source, after=0, limit=step.through + 1) if step.through else []
+    prefix, after = read[: step.through], read[step.through :]
+    until = after[0].at if after else float("inf")  # the parent's next event, if it has one
+    for event in prefix:
         if event.type == ai.CHILD_STARTED:
             started.append(str(event.payload.get("callId")))
         elif event.type == ai.NESTED:
@@ -77,8 +84,10 @@ async def _children(store: EventStore, step: ForkStep, steps: list[ForkStep]) ->
                 seen[call_id] = max(seen.get(call_id, 0), seq)
     for call_id in started:
         child = child_session_id(step.source, call_id)
-        through = min(seen.get(call_id, 0), await store.last_index(child))
-        events = await store.read(child, after=0, limit=through) if through else []
+        log = await store.read(child)
+        happened = max((e.index for e in log if e.at < until), default=0)
+        through = min(max(seen.get(call_id, 0), happened), len(log))
+        events = log[:through]
         if not any(e.type == ai.TURN_STARTED for e in events):
             continue  # not started by then: the fork's recovery starts it from its task
         sub = ForkStep(child, child_session_id(step.target, call_id), through)

@@ -174,3 +174,26 @@ async def test_a_bad_fork_names_the_problem_and_writes_nothing(
     with pytest.raises(UsageError, match=phrase):
         await session.fork(at=at, id=new_id)
     assert {s.session_id: s.last_index for s in await rt.store.list_sessions()} == before
+
+
+async def test_a_fork_mid_delegation_does_not_run_the_sub_agents_report_tool_again(rt: LocalRuntime) -> None:
+    gate, calls = Gate(), list[str]()
+    researcher = charging(gate, calls)
+    researcher = Agent("researcher", "r", researcher.model, tools=researcher.tools)
+    model = ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "pay"}}], [{"text": "Paid."}]])
+    session = rt.session("s-1", agent=Agent("a", "x", model, agents=[researcher]))
+    turn = await session.prompt("pay via the researcher")
+    await gate.reached(TIMEOUT)
+    at = (await session.state()).index
+
+    fork = await session.fork(at=at, id="s-2")
+
+    recovered = await asyncio.wait_for(Turn(fork, turn.id, None).finished, TIMEOUT)
+    assert (recovered.outcome, recovered.text) == ("completed", "Paid.")
+    delegate = tool_parts(await fork.messages())[0]
+    assert delegate.agent is not None
+    charge = tool_parts(delegate.agent.messages)[0]
+    assert (charge.state, charge.error) == ("error", INTERRUPTED)
+    gate.open()
+    assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
+    assert len(calls) == 1  # the sub-agent's report tool ran once: in the source

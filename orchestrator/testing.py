@@ -11,9 +11,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from orchestrator.core.stream import AgentStreamPart, StepFinish
 from orchestrator.models.base import CancelSignal, ModelRequest
@@ -77,17 +78,45 @@ class FunctionModel:
             yield StepFinish(None, "stop")
 
 
+@overload
 async def eventually(
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], Awaitable[T | None]],
     timeout: float = 10.0,
     *,
     interval: float = 0.005,
     what: str | None = None,
-) -> T:
+    wake: asyncio.Event | None = None,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    predicate: Callable[[], T | None],
+    timeout: float = 10.0,
+    *,
+    interval: float = 0.005,
+    what: str | None = None,
+    wake: asyncio.Event | None = None,
+) -> T: ...
+
+
+async def eventually(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    *,
+    interval: float = 0.005,
+    what: str | None = None,
+    wake: asyncio.Event | None = None,
+) -> Any:
     """The first truthy value of ``predicate()`` (sync or async), checked until ``timeout``.
 
     For waiting on state another task or process changes, where no event says it changed. The
     interval only sets how soon a change is seen: the test's result never depends on it.
+
+    With ``wake`` (an event the code under test sets on a change, such as a live view's
+    ``changed``), the predicate is checked again as soon as it is set, and at least every
+    ``interval``: so a change that does not set it is still seen. It is cleared before each
+    check, so a change during a check is never missed.
 
     Raises:
         TimeoutError: naming ``what`` (or the predicate) and the timeout.
@@ -95,15 +124,32 @@ async def eventually(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
+        if wake is not None:
+            wake.clear()
         value = predicate()
         if inspect.isawaitable(value):
-            value = await value
+            try:  # a check that hangs (a call to a dead process) must not outlive the timeout
+                value = await asyncio.wait_for(_awaited(value), max(deadline - loop.time(), 0.0))
+            except TimeoutError:
+                raise TimeoutError(f"{_name(predicate, what)} did not hold within {timeout} s") from None
         if value:
             return value
-        if loop.time() >= deadline:
-            name = what or getattr(predicate, "__name__", repr(predicate))
-            raise TimeoutError(f"{name} did not hold within {timeout} s")
-        await asyncio.sleep(interval)
+        left = deadline - loop.time()
+        if left <= 0:
+            raise TimeoutError(f"{_name(predicate, what)} did not hold within {timeout} s")
+        if wake is None:
+            await asyncio.sleep(min(interval, left))
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), min(interval, left))
+
+
+async def _awaited(value: Awaitable[T]) -> T:
+    return await value
+
+
+def _name(predicate: Callable[..., object], what: str | None) -> str:
+    return what or str(getattr(predicate, "__name__", repr(predicate)))
 
 
 class Gate:

@@ -208,6 +208,8 @@ class RecordedRequest:
     reply is still being sent."""
     ended: threading.Event = field(default_factory=threading.Event)
     """Set once ``outcome`` is known."""
+    sent: int = 0
+    """How many chunks of the reply were written before it ended (a cancelled stream sends fewer)."""
 
     @property
     def json(self) -> JsonObject:
@@ -375,7 +377,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             options = body.get("stream_options") if isinstance(body, dict) else None
             include_usage = isinstance(options, dict) and options.get("include_usage") is True
-            record._end(self._send_stream(reply, include_usage))
+            record._end(self._send_stream(reply, include_usage, record))
 
     def _send_error(self, reply: ErrorReply) -> None:
         payload = json.dumps(
@@ -389,7 +391,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def _send_stream(self, reply: StreamReply, include_usage: bool) -> Outcome:
+    def _send_stream(self, reply: StreamReply, include_usage: bool, record: RecordedRequest) -> Outcome:
         chunks = [c for c in reply.chunks if include_usage or c.get("choices") != [] or "usage" not in c]
         self.send_response(200)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
@@ -405,6 +407,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return "disconnected"
                 self._write_event(json.dumps(chunk))
+                record.sent += 1
             if reply.drop_after is not None and reply.drop_after <= len(chunks):
                 self._drop()
                 return "dropped"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from orchestrator.testing import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,3 +35,14 @@ def troupe(
         timeout=timeout,
         check=False,
     )
+
+
+def wait_listening(server: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 120) -> None:
+    """Wait until ``server`` accepts connections on ``port``; fail at once (with its log) if it exits."""
+
+    def listening() -> bool:
+        assert server.poll() is None, log.read_text()
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    asyncio.run(eventually(listening, timeout, interval=0.1, what=f"a server listening on port {port}"))

@@ -15,6 +15,7 @@ import ray
 from ray import cloudpickle
 
 from actors.runtime import Runtime
+from tests.fixtures import agents
 
 from . import helpers
 
@@ -23,6 +24,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 # Test-defined models and tools travel to the hosts by value (the workers need not import tests/).
 cast(Any, cloudpickle).register_pickle_by_value(helpers)
+cast(Any, cloudpickle).register_pickle_by_value(agents)
 
 
 @pytest.fixture(scope="session", autouse=True)

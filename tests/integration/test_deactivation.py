@@ -9,11 +9,14 @@ import psutil
 import pytest
 
 from actors.runtime import Runtime
+from actors.subagents import FINISHED_CHILD_LINGER
 from orchestrator.core.parts import ToolPart
 from orchestrator.run.agent import Agent
-from orchestrator.testing import ScriptedModel
+from orchestrator.testing import ScriptedModel, eventually
+from tests.fixtures.agents import delegating
 
 SESSIONS = 2000
+TIMEOUT = 60
 
 
 async def host_rss(rt: Runtime) -> int:
@@ -71,9 +74,6 @@ async def test_two_thousand_idle_sessions_use_bounded_memory_and_reactivate(runt
 
 
 async def test_a_finished_sub_agent_leaves_memory_soon_and_its_parent_stays(runtime: Runtime) -> None:
-    from actors.subagents import FINISHED_CHILD_LINGER
-    from tests.integration.helpers import delegating
-
     session = runtime.session("linger-1", agent=delegating())
     result = await (await session.prompt("two mugs")).finished
     assert result.success, result
@@ -84,10 +84,11 @@ async def test_a_finished_sub_agent_leaves_memory_soon_and_its_parent_stays(runt
             ids |= set(await host.sessions.remote())
         return ids
 
-    deadline = asyncio.get_running_loop().time() + FINISHED_CHILD_LINGER + 10
-    while any(sid.startswith("linger-1/") for sid in await hosted()):
-        assert asyncio.get_running_loop().time() < deadline, await hosted()
-        await asyncio.sleep(0.1)
+    async def children_gone() -> bool:
+        return not any(sid.startswith("linger-1/") for sid in await hosted())
+
+    what = "the finished sub-agents left their hosts"
+    await eventually(children_gone, FINISHED_CHILD_LINGER + TIMEOUT, interval=0.1, what=what)
     assert "linger-1" in await hosted()  # the parent keeps its idle timeout
     # Its nested runs stay in the parent's state, and the next turn delegates again.
     second = await (await session.prompt("two more")).finished

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from orchestrator.testing_openai import FakeOpenAIServer, StreamReply, completion_stream, text_stream, tool_call_deltas
 
-from .cli_process import REPO, cli_env, troupe
+from .cli_process import REPO, cli_env, troupe, wait_listening
 
 README = (REPO / "README.md").read_text()
 
@@ -83,14 +82,7 @@ def test_the_http_examples_work_with_curl(workdir: Path) -> None:
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert server.poll() is None, (workdir / "serve.log").read_text()
-            assert time.monotonic() < deadline, "troupe serve did not start listening"
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
+        wait_listening(server, port, workdir / "serve.log")
         outputs = []
         for line in _curl_lines():
             command = line.replace("localhost:8000", f"127.0.0.1:{port}")

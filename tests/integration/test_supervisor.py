@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
 
 from actors.runtime import Runtime
 from orchestrator.run.agent import Agent
-from orchestrator.testing import ScriptedModel
+from orchestrator.testing import eventually
+from tests.fixtures.agents import delegating
 
-from .helpers import Gate, delegating, gated_model
+from .helpers import Gate, gated_model
 from .test_runtime import assert_nested_two_levels
 
 TIMEOUT = 60
@@ -27,20 +28,21 @@ async def test_a_restarted_supervisor_rebuilds_its_directory_from_the_hosts(runt
     session = runtime.session("tree", agent=agent)
     turn = await session.prompt("compare")
     await asyncio.wait_for(gate.wait_reached.remote(), TIMEOUT)
-    await asyncio.sleep(0.2)  # let the hosts report their activations (debounced writes)
-    before = await runtime.supervisor.tree.remote(session.id)
-    assert len(before) == 3
+
+    async def whole_tree() -> list[str] | None:  # the hosts report activations in debounced writes
+        tree: list[str] = await runtime.supervisor.tree.remote(session.id)
+        return tree if len(tree) == 3 else None
+
+    before = await eventually(whole_tree, TIMEOUT, interval=0.05, what="the supervisor knows the tree of three")
     ray.kill(runtime.supervisor, no_restart=False)
-    deadline = time.monotonic() + TIMEOUT
-    while True:  # calls made while it restarts wait for it; then it rebuilds by itself
+
+    async def rebuilt() -> bool:  # calls made while it restarts wait for it; then it rebuilds by itself
         try:
-            after = await runtime.supervisor.tree.remote(session.id)
-            if after == before:
-                break
+            return bool(await runtime.supervisor.tree.remote(session.id) == before)
         except ray.exceptions.RayActorError:
-            pass
-        assert time.monotonic() < deadline, "the supervisor did not rebuild its directory"
-        await asyncio.sleep(0.05)
+            return False
+
+    await eventually(rebuilt, TIMEOUT, interval=0.05, what="the restarted supervisor rebuilt its directory")
     # It still works the tree: pause now reaches the sub-agents it rediscovered.
     await session.pause("now")
     await gate.open.remote()
@@ -60,10 +62,12 @@ async def test_a_killed_host_is_recovered_and_its_session_streams_again(runtime:
     ray.kill(host, no_restart=False)
     result = await asyncio.wait_for(turn.finished, TIMEOUT)
     assert result.success and result.text.endswith("after the crash")
-    deadline = time.monotonic() + TIMEOUT
-    while not (info := await runtime.supervisor.info.remote())["recoveries"]:  # the supervisor saw it too
-        assert time.monotonic() < deadline, "the supervisor never noticed the host's death"
-        await asyncio.sleep(0.05)
+
+    async def recovered() -> dict[str, Any] | None:  # the supervisor saw it too
+        info: dict[str, Any] = await runtime.supervisor.info.remote()
+        return info if info["recoveries"] else None
+
+    info = await eventually(recovered, TIMEOUT, interval=0.05, what="the supervisor noticed the host's death")
     assert info["recoveries"][-1]["seconds"] < 10
 
 
@@ -80,16 +84,15 @@ async def test_dedicated_placement_gives_every_session_its_own_actor(tmp_path: P
             assert_nested_two_levels((await s.state()).state.messages)
         owners = {s.id: await rt.router.place(s.id) for s in sessions}
         assert len(set(owners.values())) == 3  # one actor each
-        deadline = time.monotonic() + TIMEOUT
-        while (info := await rt.supervisor.info.remote())["pool"] < 1:  # the warm pool refills
-            assert time.monotonic() < deadline, info
-            await asyncio.sleep(0.1)
+
+        async def refilled() -> dict[str, Any] | None:
+            info: dict[str, Any] = await rt.supervisor.info.remote()
+            return info if info["pool"] >= 1 else None
+
+        info = await eventually(refilled, TIMEOUT, interval=0.05, what="the warm pool refilled")
         assert info["placement"] == "dedicated"
         # A second turn on the same session goes to the same actor.
         again = await (await sessions[0].prompt("and again")).finished
         assert again.success and await rt.router.place(sessions[0].id) == owners[sessions[0].id]
     finally:
         await rt.close()
-
-
-_ = ScriptedModel

@@ -37,18 +37,19 @@ from orchestrator.core.stream import (
 )
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
+from orchestrator.testing import Gate
 from tools import tool
 
 JS_DIR = Path(__file__).resolve().parents[1] / "js"
 
 # -- gates: a test opens them; models wait on them -------------------------------------------------------
 
-GATES: dict[str, asyncio.Event] = {}
+GATES: dict[str, Gate] = {}
 
 
-def gate(name: str) -> asyncio.Event:
-    """The gate called ``name`` (created closed on first use)."""
-    return GATES.setdefault(name, asyncio.Event())
+def gate(name: str) -> Gate:
+    """The gate called ``name`` (created closed on first use): a model waits at it, a test opens it."""
+    return GATES.setdefault(name, Gate())
 
 
 # -- tools ------------------------------------------------------------------------------------------------

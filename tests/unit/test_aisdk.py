@@ -219,7 +219,7 @@ async def test_preliminary_outputs_are_throttled() -> None:
                 body = {"id": sid, "messages": [user_message(uid(), f"relay {name}")], "trigger": "submit-message"}
                 async with client.stream("POST", "/api/chat", json=body) as response:
                     await until_nested_text(rt, sid, "First, ")
-                    gate(name).set()
+                    gate(name).open()
                     chunks = chunks_of("".join([text async for text in response.aiter_text()]))
             preliminary = [c for c in chunks if c.get("preliminary")]
             texts = [c["output"]["text"] for c in preliminary]

@@ -20,9 +20,13 @@ from orchestrator.core.aistate import AIState
 from orchestrator.core.mutations import ClientView
 from orchestrator.core.wire import parse_state, state_to_wire
 from orchestrator.surfaces.http import create_app
+from orchestrator.testing import eventually
+from tests.fixtures.agents import Counter, approving_tree
 from tests.unit.http_helpers import LiveServer, SseEvent, chunks_of, gate, shopper, sse_events, user_message
 
 KEY, OTHER = "key-one", "key-two"
+TIMEOUT = 30
+"""Seconds a test waits for a state before it fails: a bound, never a pause (generous for a loaded machine)."""
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -55,25 +59,24 @@ async def new_session(client: httpx.AsyncClient) -> str:
 
 
 async def until(
-    rt: LocalRuntime, session_id: str, predicate: Callable[[AIState], bool], timeout: float = 5.0
+    rt: LocalRuntime, session_id: str, predicate: Callable[[AIState], bool], timeout: float = TIMEOUT
 ) -> AIState:
-    """Wait until the session's state satisfies ``predicate`` (subscribe, then check after every change)."""
+    """Wait until the session's state satisfies ``predicate`` (follow it live, check after every change).
+
+    Checked every half second too: not every change of the full state (the inbox) reaches a
+    client as a mutation.
+    """
     session = rt.session(session_id, agent=shopper)
-    subscription = session.subscribe()
+    live = await session.live()
     try:
-        await subscription.ready()
 
-        async def wait() -> AIState:
-            while True:
-                snapshot = await session.state()
-                if predicate(snapshot.state):
-                    return snapshot.state
-                if await subscription.queue.get() is None:
-                    raise AssertionError("the subscription ended")
+        async def holds() -> AIState | None:
+            state = (await session.state()).state
+            return state if predicate(state) else None
 
-        return await asyncio.wait_for(wait(), timeout)
+        return await eventually(holds, timeout, interval=0.5, wake=live.changed, what="the session's state")
     finally:
-        subscription.close()
+        await live.close()
 
 
 def error_of(response: httpx.Response) -> dict[str, Any]:
@@ -199,8 +202,8 @@ async def test_queue_steer_stop_pause_resume(client: httpx.AsyncClient, runtime:
     assert stop.status_code == 200 and stop.json()["receipt"]["outcome"] == "applied"
     assert stop.json()["cancelledQueuedPrompts"] >= 1
     await until(runtime, sid, lambda s: s.active is None)
-    gate(a).set()
-    gate(b).set()
+    gate(a).open()
+    gate(b).open()
     nothing = await client.post(f"/api/sessions/{sid}/stop")
     assert nothing.json() == {"receipt": None, "cancelledQueuedPrompts": 0}
     resume = await client.post(f"/api/sessions/{sid}/resume")
@@ -225,8 +228,6 @@ async def test_respond_to_an_approval(client: httpx.AsyncClient, runtime: LocalR
 
 
 async def test_respond_to_a_sub_agents_approval_through_the_parent(runtime: LocalRuntime) -> None:
-    from tests.unit.test_runner import Counter, approving_tree
-
     counter = Counter()
     app = create_app(runtime, approving_tree(counter), api_keys=[KEY])
     transport = httpx.ASGITransport(app=app)
@@ -234,26 +235,20 @@ async def test_respond_to_a_sub_agents_approval_through_the_parent(runtime: Loca
         sid = await new_session(http)
         await http.post(f"/api/sessions/{sid}/messages", json={"text": "a mug please"})
 
-        async def waiting() -> dict[str, Any]:
-            while True:
-                wire = (await http.get(f"/api/sessions/{sid}/state")).json()["state"]
-                if wire["interactions"]:
-                    return dict(wire["interactions"][0])
-                await asyncio.sleep(0.02)
+        async def waiting() -> dict[str, Any] | None:
+            wire = (await http.get(f"/api/sessions/{sid}/state")).json()["state"]
+            return dict(wire["interactions"][0]) if wire["interactions"] else None
 
-        nested = await asyncio.wait_for(waiting(), 5.0)
+        nested = await eventually(waiting, TIMEOUT, interval=0.02, what="the nested approval is pending")
         assert nested["name"] == "add_to_cart" and len(nested["path"]) == 2 and nested["status"] == "pending"
         answer = await http.post(f"/api/sessions/{sid}/respond", json={"interactionId": nested["id"], "approved": True})
         assert answer.json()["outcome"] == "applied"
 
-        async def finished() -> dict[str, Any]:
-            while True:
-                wire = (await http.get(f"/api/sessions/{sid}/state")).json()["state"]
-                if wire["status"] == "idle" and wire["lastTurn"]:
-                    return dict(wire)
-                await asyncio.sleep(0.02)
+        async def finished() -> dict[str, Any] | None:
+            wire = (await http.get(f"/api/sessions/{sid}/state")).json()["state"]
+            return dict(wire) if wire["status"] == "idle" and wire["lastTurn"] else None
 
-        done = await asyncio.wait_for(finished(), 5.0)
+        done = await eventually(finished, TIMEOUT, interval=0.02, what="the turn finished")
         assert done["interactions"] == [] and done["lastTurn"]["outcome"] == "completed"
         assert '"output": "Added."' in json.dumps(done)  # the buyer's call ran, deep in the nested runs
 
@@ -533,8 +528,8 @@ async def test_chat_resume_stream_replays_the_active_turn(runtime: LocalRuntime)
             await until(runtime, sid, lambda s: "Part one, " in "".join(m.text for m in s.messages))
             async with http.stream("GET", f"/api/chat/{sid}/stream") as resumed:
                 assert resumed.headers["x-vercel-ai-ui-message-stream"] == "v1"
-                gate(a).set()
-                gate(b).set()
+                gate(a).open()
+                gate(b).open()
                 body = "".join([chunk async for chunk in resumed.aiter_text()])
             rest = "".join([chunk async for chunk in first.aiter_text()])
         replayed, original = chunks_of(body), chunks_of(rest)
@@ -556,8 +551,8 @@ async def test_a_queued_chat_prompt_waits_for_its_own_turn(runtime: LocalRuntime
             body = {"id": sid, "messages": [first_message, {"id": "x", "role": "assistant"}, second_message]}
             second = asyncio.ensure_future(http.post("/api/chat", json=body))
             await until(runtime, sid, lambda s: s.inbox.get(second_message["id"]) is not None)
-            gate(a).set()
-            gate(b).set()
+            gate(a).open()
+            gate(b).open()
             first_body = "".join([chunk async for chunk in first.aiter_text()])
         second_chunks = chunks_of((await second).text)
         assert chunks_of(first_body)[0]["messageId"] == "troupe:t1"
@@ -578,8 +573,8 @@ async def test_a_removed_chat_prompt_ends_its_response(runtime: LocalRuntime) ->
         await until(runtime, sid, lambda s: s.inbox.get(queued["id"]) is not None)
         await http.post(f"/api/sessions/{sid}/queue/remove", json={"inputId": queued["id"]})
         assert chunks_of((await pending).text) == [{"type": "start"}, {"type": "finish", "finishReason": "other"}]
-        gate(a).set()
-        gate(b).set()
+        gate(a).open()
+        gate(b).open()
 
 
 # -- the SSE mutation stream --------------------------------------------------------------------------------
@@ -600,7 +595,7 @@ async def read_until(
 ) -> None:
     """Apply events to ``view`` (recording their ids) until ``done(view)``."""
     while not done(view):
-        event = await asyncio.wait_for(anext(events), 5.0)
+        event = await asyncio.wait_for(anext(events), TIMEOUT)
         if event is None:
             continue
         assert event.id is not None
@@ -636,7 +631,7 @@ async def test_sse_reconnect_misses_nothing_and_repeats_nothing(runtime: LocalRu
             await http.post(f"/api/sessions/{sid}/messages", json={"text": f"gate {a} {b}"})
             await read_until(events, view, ids, lambda v: last_text(v) == "Part one, ")
         # Disconnected mid-turn: the turn goes on (the rest of the step, a tool, the next step).
-        gate(a).set()
+        gate(a).open()
         await until(
             runtime, sid, lambda s: s.active is not None and s.active.steps == 1 and s.active.phase == "generating"
         )
@@ -646,7 +641,7 @@ async def test_sse_reconnect_misses_nothing_and_repeats_nothing(runtime: LocalRu
             events = sse_events(response)
             await read_until(events, view, ids, lambda v: "part two." in last_text(v))
             catch_up = ids[-1]
-            gate(b).set()
+            gate(b).open()
             await read_until(events, view, ids, lambda v: v.state.status == "idle")
         assert ids == sorted(ids) and len(ids) == len(set(ids))  # in order, never twice
         assert catch_up > ids[0]
@@ -694,8 +689,8 @@ async def test_a_stopped_chat_turn_closes_its_parts_and_aborts(runtime: LocalRun
             stop = await http.post(f"/api/sessions/{sid}/stop")
             assert stop.json()["receipt"]["outcome"] == "applied"
             chunks = chunks_of("".join([chunk async for chunk in response.aiter_text()]))
-        gate(a).set()
-        gate(b).set()
+        gate(a).open()
+        gate(b).open()
         kinds = [c["type"] for c in chunks]
         assert kinds[-4:] == ["text-end", "finish-step", "abort", "finish"]
         assert chunks[-1] == {"type": "finish", "finishReason": "other"}

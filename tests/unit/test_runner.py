@@ -26,31 +26,10 @@ from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 from orchestrator.testing import FunctionModel, ScriptedModel
+from tests.fixtures.agents import Counter, approving_tree, cart_tool
 from tools import Recovery, StaticTools, Tool, ToolContext, tool
 
 TIMEOUT = 10
-
-
-class Counter:
-    """Counts tool executions (what a side effect would do twice)."""
-
-    def __init__(self) -> None:
-        self.calls: list[Mapping[str, Any]] = []
-
-
-def cart_tool(counter: Counter, *, recovery: Recovery = "rerun", approval: bool = False) -> Tool:
-    @tool(name="add_to_cart", recovery=recovery, needs_approval=approval)
-    async def add_to_cart(slug: str, qty: int = 1) -> str:
-        """Add an item to the cart.
-
-        Args:
-            slug: The product.
-            qty: How many.
-        """
-        counter.calls.append({"slug": slug, "qty": qty})
-        return "Added."
-
-    return add_to_cart
 
 
 class Gate:
@@ -277,28 +256,6 @@ async def test_an_approved_call_runs_and_a_denied_one_never_does(sessions: Local
     assert len(counter.calls) == 1
     denied = next(p for p in tool_parts(runner.state.messages) if p.id == second.call_id)
     assert (denied.state, denied.error) == ("error", DENIED)
-
-
-def approving_tree(counter: Counter) -> Agent:
-    """shop -> researcher -> buyer, whose add_to_cart needs approval."""
-    buyer = Agent(
-        "buyer",
-        "Buy.",
-        ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "Bought."}]]),
-        tools=[cart_tool(counter, approval=True)],
-    )
-    researcher = Agent(
-        "researcher",
-        "Research.",
-        ScriptedModel([[{"tool": "delegate_to_buyer", "input": {"task": "buy a mug"}}], [{"text": "Done."}]]),
-        agents=[buyer],
-    )
-    return Agent(
-        "shop",
-        "Shop.",
-        ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "get a mug"}}], [{"text": "Ok."}]]),
-        agents=[researcher],
-    )
 
 
 async def test_an_approval_two_sub_agents_down_is_answered_through_the_top_session(

@@ -14,8 +14,9 @@ from orchestrator.core.ids import child_session_id
 from orchestrator.core.parts import ToolPart
 from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel
+from tests.fixtures.agents import delegating
 
-from .helpers import Gate, count_lines, crashing_tool, delegating
+from .helpers import Gate, count_lines, crashing_tool
 
 TIMEOUT = 60
 
@@ -25,10 +26,10 @@ def calls(messages: Any) -> list[ToolPart]:
 
 
 async def test_a_fork_mid_report_tool_recovers_without_running_it_again_and_reset_stops_the_source(
-    runtime: Runtime, tmp_path: Path
+    runtime: Runtime, tmp_path: Path, store_url: str
 ) -> None:
     gate, marker = Gate.remote(), tmp_path / "runs"
-    charge = crashing_tool("charge_card", str(marker), recovery="report", mode="gate", gate=gate)
+    charge = crashing_tool("charge_card", str(marker), recovery="report", mode="gate", store_url=store_url, gate=gate)
     agent = Agent(
         "a", "x", ScriptedModel([[{"tool": "charge_card", "input": {}}], [{"text": "Done."}]]), tools=[charge]
     )

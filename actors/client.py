@@ -22,6 +22,7 @@ from orchestrator.core.commands import (
     MoveInput,
     PauseSession,
     RemoveInput,
+    ResetSession,
     Respond,
     ResumeSession,
     RetryTurn,
@@ -35,6 +36,7 @@ from orchestrator.core.ids import new_id
 from orchestrator.core.mutations import info_of
 from orchestrator.core.parts import AgentMessage, Role
 from orchestrator.core.turn import TurnOutcome
+from orchestrator.run.fork import fork_session
 from orchestrator.run.log import Snapshot
 from orchestrator.store.base import EventStore
 
@@ -288,6 +290,38 @@ class Session:
         if tree:
             await self.runtime.transport.control_tree(self.id, "resume", "now")
         return await self._command(ResumeSession(id or new_id("resume")))
+
+    async def reset(self, *, id: str | None = None) -> Receipt:
+        """Stop the active turn and start a new conversation (``useAgentSession``'s ``reset()``).
+
+        Durably, a reset is one ``ai.session.reset`` command in the log: the active turn ends as
+        ``stopped`` (its work is cancelled, its ``Turn.finished`` resolves ``stopped``, open
+        approvals close), then the conversation, the queued inputs, the approvals and the
+        compaction start empty. The log keeps everything before it, so ``state(through=i)`` and
+        ``fork(at=i)`` still reach the old conversation. What carries on: the turn counter (turn
+        ids never repeat), usage, a pause, and the contract's app state. Idempotent by ``id``.
+        """
+        return await self._command(ResetSession(id or new_id("reset")))
+
+    async def fork(self, *, at: int, id: str) -> Session:
+        """A new session ``id`` whose log is this one's events ``1..at`` (time travel).
+
+        The fork folds to exactly this session's state at ``at`` (``state(through=at)``) and then
+        runs on its own, under the same agent; sub-agent sessions come along through the same
+        point. Forked in the middle of a turn, the fork's turn is interrupted as a crash at ``at``
+        would leave it, and it recovers by the tools' policies as soon as this returns: a
+        ``report`` call that had started is not run again ("interrupted; it may have partly
+        run"). Input and command ids before ``at`` belong to this session: send the fork new
+        ones. The rules in full: ``orchestrator.run.fork``.
+
+        Raises:
+            UsageError: ``at`` is negative or beyond this log, or ``id`` is not a valid new
+                session id (already has events, contains '/'); nothing is written.
+        """
+        fork = Session(self.runtime, id, self.agent_key)
+        await fork_session(self.runtime.store, self.id, id, at)
+        await fork.state()  # activate it: an interrupted turn recovers now, as after a crash
+        return fork
 
     async def respond(
         self, interaction_id: str, approved: bool, *, reason: str | None = None, id: str | None = None

@@ -34,6 +34,7 @@ __all__ = [
     "MoveInput",
     "PauseSession",
     "RemoveInput",
+    "ResetSession",
     "Respond",
     "ResumeSession",
     "RetryTurn",
@@ -146,6 +147,13 @@ class Respond:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ResetSession:
+    """Stop the active turn and start a new conversation (the log keeps the old one)."""
+
+    id: str
+
+
 Command: TypeAlias = (
     SendInput
     | EditInput
@@ -157,6 +165,7 @@ Command: TypeAlias = (
     | PauseSession
     | ResumeSession
     | Respond
+    | ResetSession
 )
 
 
@@ -204,6 +213,8 @@ def _command_payload(command: Command) -> CommandPayload:
             return p.Resume()
         case Respond():
             return p.Respond(command.interaction_id, command.approved, command.reason)
+        case ResetSession():
+            return p.SessionReset()
         case _:
             assert_never(command)
 
@@ -290,7 +301,7 @@ def decide(state: AIState, command: Command, at: float = 0.0) -> Decision:
             if command.turn_id is not None and command.turn_id != _latest_turn(state):
                 return rejected("stale-turn")
             return applied()
-        case PauseSession() | ResumeSession():
+        case PauseSession() | ResumeSession() | ResetSession():
             return applied()
         case Respond():
             interaction = state.interactions.get(command.interaction_id)

@@ -27,6 +27,7 @@ __all__ = [
     "PAUSE",
     "RESPOND",
     "RESUME",
+    "SESSION_RESET",
     "STEP_FAILED",
     "STEP_FINISHED",
     "STEP_STARTED",
@@ -65,8 +66,26 @@ RESUME: Final = "ai.control.resume"
 RESPOND: Final = "ai.interaction.respond"
 """Answer an approval: ``{interactionId, approved, reason?}``."""
 
+SESSION_RESET: Final = "ai.session.reset"
+"""Start a new conversation: ``{}``. The active turn ends as ``stopped`` first; then the
+conversation, the inbox, the approvals and the compaction start empty. The log keeps everything
+before it (``state(through=)`` still reads it); the turn and step counters, the usage, the pause
+and the contract's app state carry on."""
+
 COMMAND_TYPES: Final = frozenset(
-    {INPUT, INPUT_EDIT, INPUT_MOVE, INPUT_REMOVE, INPUT_SEND_NOW, TURN_STOP, TURN_RETRY, PAUSE, RESUME, RESPOND}
+    {
+        INPUT,
+        INPUT_EDIT,
+        INPUT_MOVE,
+        INPUT_REMOVE,
+        INPUT_SEND_NOW,
+        TURN_STOP,
+        TURN_RETRY,
+        PAUSE,
+        RESUME,
+        RESPOND,
+        SESSION_RESET,
+    }
 )
 
 DECIDED: Final = "ai.control.decided"

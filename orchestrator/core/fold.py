@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal, assert_never, cast
 
-from orchestrator.core.actions import ApplyPart, Retry, Send, SessionAction, Stop, ToolPhase
+from orchestrator.core.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase
 from orchestrator.core.aistate import (
     ActiveTurn,
     AIState,
@@ -27,6 +27,7 @@ from orchestrator.core.aistate import (
 )
 from orchestrator.core.contract import Contract
 from orchestrator.core.events import Event
+from orchestrator.core.ids import logical_event_id
 from orchestrator.core.parts import AgentMessage, TextPart
 from orchestrator.core.payloads import (
     ChildStarted,
@@ -46,6 +47,7 @@ from orchestrator.core.payloads import (
     Pause,
     Respond,
     Resume,
+    SessionReset,
     StepFailed,
     StepFinished,
     StepStarted,
@@ -124,8 +126,10 @@ def evolve(state: AIState, event: Event, contract: Contract | None = None) -> tu
             | Pause()
             | Resume()
             | Respond()
+            | SessionReset()
         ):
-            return state.with_(pending={**state.pending, event.id: data}), []
+            # Keyed by the command's own id, also in a fork's copy (see ``fork_event_id``).
+            return state.with_(pending={**state.pending, logical_event_id(event.id): data}), []
         case Decided():
             return _on_decided(state, data)
         case InputAdmitted():
@@ -291,8 +295,23 @@ def _apply(state: AIState, command_id: str, body: CommandPayload) -> tuple[AISta
             return _apply_resume(state)
         case Respond():
             return _apply_respond(state, body)
+        case SessionReset():
+            return _apply_reset(state)
         case _:
             assert_never(body)
+
+
+def _apply_reset(state: AIState) -> tuple[AIState, list[SessionAction]]:
+    """A new conversation: the active turn ends as ``stopped``, then the conversation starts empty.
+
+    The counters (turn and step ids never repeat), usage, the pause and the app state carry on;
+    ended tool records stay (their calls are final, so the runner stops their work and children).
+    """
+    actions: list[SessionAction] = []
+    if state.active is not None:
+        state, actions = _end_turn(state, state.active.id, "stopped", [Stop()])
+    state, reset = _run(state, [Reset()], inbox=replace(state.inbox, items=()), interactions={}, compaction=None)
+    return state.with_(retry_requested=False), actions + reset
 
 
 def _apply_input(state: AIState, command_id: str, body: Input) -> tuple[AIState, list[SessionAction]]:

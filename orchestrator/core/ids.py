@@ -23,7 +23,9 @@ __all__ = [
     "command_id",
     "derived_event_id",
     "derived_event_prefix",
+    "fork_event_id",
     "idempotent_id",
+    "logical_event_id",
     "new_id",
     "reply_id",
     "step_id",
@@ -97,6 +99,38 @@ def derived_event_prefix(session_id: str) -> str:
 def derived_event_id(session_id: str, index: int) -> str:
     """The id of a server event written without one: retrying the same batch replays it."""
     return f"{derived_event_prefix(session_id)}{index}"
+
+
+FORK_ID_PREFIX: Final = f"{RESERVED_ID_PREFIX}fork:"
+"""What the id of an event copied into a fork starts with (see ``fork_event_id``)."""
+
+_FORK_TAG_LENGTH: Final = 16
+
+
+def fork_event_id(source: str, target: str, index: int, event_id: str) -> str:
+    """The id that event ``event_id`` (at ``index`` of ``source``) has in the fork ``target``.
+
+    Ids are unique across the store, so a fork's copy of an event needs an id of its own:
+
+    - a derived id (``troupe:<source>#<index>``) becomes the target's derived id at the same
+      index, exactly what the target would have chosen itself;
+    - every other id becomes ``troupe:fork:<16 hex digits of the target>:<logical id>``, where
+      the logical id is the id the event had in the session that first wrote it (a fork of a
+      fork does not nest). ``logical_event_id`` gives it back, and the fold keys commands by it,
+      so the references in payloads (a decision's ``commandId``, an edit's ``inputId``, the
+      message ids of inputs) stay as they were and the fork folds to the same state.
+    """
+    if event_id == derived_event_id(source, index):
+        return derived_event_id(target, index)
+    tag = hashlib.sha256(target.encode()).hexdigest()[:_FORK_TAG_LENGTH]
+    return f"{FORK_ID_PREFIX}{tag}:{logical_event_id(event_id)}"
+
+
+def logical_event_id(event_id: str) -> str:
+    """The id an event had where it was first written (``event_id`` unless a fork copied it)."""
+    if event_id.startswith(FORK_ID_PREFIX):
+        return event_id[len(FORK_ID_PREFIX) + _FORK_TAG_LENGTH + 1 :]
+    return event_id
 
 
 def child_agent_key(root_key: str, name: str) -> AgentKey:

@@ -35,6 +35,7 @@ from orchestrator.core.commands import (
     MoveInput,
     PauseSession,
     RemoveInput,
+    ResetSession,
     Respond,
     ResumeSession,
     RetryTurn,
@@ -137,7 +138,7 @@ def settled(state: AIState, command: Command) -> bool:
         case Respond():
             interaction = state.interactions.get(command.interaction_id)
             return interaction is None or interaction.status != "pending"
-        case RetryTurn():
-            return True  # nothing to show before its turn starts
+        case RetryTurn() | ResetSession():
+            return True  # nothing shown ahead of them: a retry's turn, a reset's empty conversation
         case _:
             assert_never(command)

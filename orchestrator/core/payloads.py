@@ -66,6 +66,7 @@ __all__ = [
     "Pause",
     "Respond",
     "Resume",
+    "SessionReset",
     "StepFailed",
     "StepFinished",
     "StepStarted",
@@ -230,6 +231,14 @@ class Resume:
     """``ai.control.resume``: reopen admission and resume retained work."""
 
     type: ClassVar[Literal["ai.control.resume"]] = "ai.control.resume"
+    __pydantic_config__ = _CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class SessionReset:
+    """``ai.session.reset``: stop the active turn and start a new conversation (see ``event_types``)."""
+
+    type: ClassVar[Literal["ai.session.reset"]] = "ai.session.reset"
     __pydantic_config__ = _CONFIG
 
 
@@ -570,7 +579,17 @@ class ModelMetadataResolved:
 
 
 CommandPayload: TypeAlias = (
-    Input | InputEdit | InputMove | InputRemove | InputSendNow | TurnStop | TurnRetry | Pause | Resume | Respond
+    Input
+    | InputEdit
+    | InputMove
+    | InputRemove
+    | InputSendNow
+    | TurnStop
+    | TurnRetry
+    | Pause
+    | Resume
+    | Respond
+    | SessionReset
 )
 """The payload of a command event (kept in ``AIState.pending`` until decided)."""
 
@@ -612,6 +631,7 @@ PAYLOAD_CLASSES: Final[dict[str, type[Any]]] = {
         Pause,
         Resume,
         Respond,
+        SessionReset,
         Decided,
         InputAdmitted,
         TurnStarted,
@@ -665,6 +685,7 @@ PAYLOAD_ADAPTER: Final[TypeAdapter[AIPayload]] = TypeAdapter(
         | Annotated[Pause, _STRIP, Tag(ai.PAUSE)]
         | Annotated[Resume, _STRIP, Tag(ai.RESUME)]
         | Annotated[Respond, _STRIP, Tag(ai.RESPOND)]
+        | Annotated[SessionReset, _STRIP, Tag(ai.SESSION_RESET)]
         | Annotated[Decided, _STRIP, Tag(ai.DECIDED)]
         | Annotated[InputAdmitted, _STRIP, Tag(ai.INPUT_ADMITTED)]
         | Annotated[TurnStarted, _STRIP, Tag(ai.TURN_STARTED)]

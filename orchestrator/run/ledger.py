@@ -15,6 +15,7 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.contract import Contract
 from orchestrator.core.fold import initial_state
+from orchestrator.core.ids import logical_event_id
 from orchestrator.core.payloads import TurnFinished
 from orchestrator.core.turn import TurnOutcome, TurnOutcomeKind
 from orchestrator.run.log import Applied, SessionLog
@@ -91,7 +92,7 @@ class TurnLedger:
                 for input_id in event.payload.get("inputIds", ()):  # type: ignore[union-attr]
                     self.turn_of[str(input_id)] = turn_id
             elif event.type == ai.INPUT:
-                self.submitted.add(event.id)
+                self.submitted.add(logical_event_id(event.id))
             elif isinstance(event.data, TurnFinished):
                 data = event.data
                 reason = data.code if data.outcome == "failed" else data.reason

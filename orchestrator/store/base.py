@@ -134,6 +134,25 @@ class EventStore(Protocol):
         """
         ...
 
+    async def fork(self, source: str, target: str, through: int) -> AppendResult:
+        """Start the new session ``target`` with ``source``'s events ``1..through``.
+
+        The copies keep their type, payload, time and index; each gets an id of its own
+        (``orchestrator.core.ids.fork_event_id``: ids are unique across the store), from which
+        ``logical_event_id`` gives back the original, so the target folds to the source's state
+        through ``through``. Every backend copies (``orchestrator.store._fork`` says why). Sub-agent
+        logs are not included: ``orchestrator.run.fork.fork_session`` forks a whole tree.
+
+        Returns:
+            The indexes written (``1..through``; ``last_index == 0`` for ``through == 0``, which
+            writes nothing).
+
+        Raises:
+            UsageError: ``through`` is negative or beyond the source's log, ``target`` is
+                ``source``, or ``target`` already has events. Nothing is written.
+        """
+        ...
+
     async def save_snapshot(self, session_id: str, reducer: str, index: int, data: bytes) -> None:
         """Store (or replace) the snapshot of ``reducer`` for the session."""
         ...

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from orchestrator.core.errors import StoreError
 from orchestrator.core.events import AppendResult, Event
 from orchestrator.store._codec import decode
+from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._rules import StoredEvent, conflict, replay_result
 from orchestrator.store._validate import (
     PreparedBatch,
@@ -152,6 +153,10 @@ class MemoryStore:
                 log = data.logs[sid]
                 out.append(SessionSummary(sid, len(log.records), log.created_at, log.updated_at))
         return out
+
+    async def fork(self, source: str, target: str, through: int) -> AppendResult:
+        """Start ``target`` with a copy of ``source``'s events ``1..through`` (see ``EventStore.fork``)."""
+        return await fork_by_copy(self, source, target, through)
 
     async def save_snapshot(self, session_id: str, reducer: str, index: int, data: bytes) -> None:
         """Store or replace the (session, reducer) snapshot."""

@@ -27,6 +27,7 @@ from typing import Any, Final
 from orchestrator.core.errors import StoreError
 from orchestrator.core.events import AppendResult, Event
 from orchestrator.store._codec import decode
+from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._pg_engine import Connection, Engine
 from orchestrator.store._pg_follow import Listener
 from orchestrator.store._pg_write import GroupWriter, Outcome
@@ -145,6 +146,10 @@ class PostgresStore:
             return []
         results: list[Outcome] = await self._engine.call(self._writer.submit(prepared))
         return results
+
+    async def fork(self, source: str, target: str, through: int) -> AppendResult:
+        """Start ``target`` with a copy of ``source``'s events ``1..through`` (see ``EventStore.fork``)."""
+        return await fork_by_copy(self, source, target, through)
 
     async def save_snapshot(self, session_id: str, reducer: str, index: int, data: bytes) -> None:
         """Store or replace the (session, reducer) snapshot (an upsert: safe to retry)."""

@@ -27,6 +27,7 @@ from orchestrator.core.errors import StoreError, UsageError
 from orchestrator.core.events import AppendResult, Event
 from orchestrator.core.ids import derived_event_prefix
 from orchestrator.store._codec import compress, decode
+from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._rules import StoredEvent, conflict, replay_result
 from orchestrator.store._sqlite_schema import connect_reader, connect_writer, stores_derived_ids
 from orchestrator.store._validate import (
@@ -161,6 +162,10 @@ class SqliteStore:
         if not prepared:
             return []
         return await self._writer.submit(lambda conn: self._write(conn, prepared))
+
+    async def fork(self, source: str, target: str, through: int) -> AppendResult:
+        """Start ``target`` with a copy of ``source``'s events ``1..through`` (see ``EventStore.fork``)."""
+        return await fork_by_copy(self, source, target, through)
 
     async def save_snapshot(self, session_id: str, reducer: str, index: int, data: bytes) -> None:
         """Store or replace the (session, reducer) snapshot."""

@@ -102,6 +102,7 @@ COMMANDS = [
     ["sessions", "show"],
     ["sessions", "tail"],
     ["sessions", "replay"],
+    ["sessions", "fork"],
     ["bench"],
     ["bench", "reducer"],
     ["bench", "store"],
@@ -253,6 +254,50 @@ def test_sessions_tail_no_follow(shop_store: str) -> None:
     assert "ai.turn.finished" in lines[-1] and "completed" in lines[-1]
 
 
+def test_sessions_fork(shop_store: str) -> None:
+    async def last_index() -> int:
+        store = open_store(shop_store)
+        try:
+            return await store.last_index("s-shop")
+        finally:
+            await store.close()
+
+    last = asyncio.run(last_index())
+    result = invoke("sessions", "fork", "s-shop", "--at", str(last), "--id", "f-1", "--store", shop_store)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"forked s-shop at {last} into f-1, with 1 sub-agent session"
+    shown, source = (
+        invoke("sessions", "show", "f-1", "--store", shop_store),
+        invoke("sessions", "show", "s-shop", "--store", shop_store),
+    )
+    assert shown.stdout.replace("f-1", "s-shop") == source.stdout  # the same conversation, sub-agent included
+    listed = invoke("sessions", "list", "--store", shop_store, "--prefix", "f-1")
+    assert "f-1 " in listed.stdout and "f-1/call-" in listed.stdout
+    mid = invoke("sessions", "fork", "s-shop", "--at", "8", "--store", shop_store)
+    assert mid.exit_code == 0 and mid.stdout.startswith("forked s-shop at 8 into s-")
+    replayed = invoke("sessions", "replay", mid.stdout.split()[-1], "--store", shop_store)
+    assert "ai.tool.finished" in replayed.stdout and "ai.turn.finished" not in replayed.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["--at", "999", "--id", "f-2"], "its log ends at"),
+        (["--at", "-1", "--id", "f-2"], "pass an index from 0"),
+        (["--at", "3", "--id", "s-shop"], "into itself"),
+        (["--at", "3", "--id", "a/b"], "without '/'"),
+    ],
+)
+def test_sessions_fork_refuses_a_bad_fork_and_writes_nothing(shop_store: str, args: list[str], phrase: str) -> None:
+    before = invoke("sessions", "list", "--store", shop_store).stdout
+    result = invoke("sessions", "fork", "s-shop", *args, "--store", shop_store)
+    assert result.exit_code == 2, result.output
+    assert phrase in result.stderr
+    assert invoke("sessions", "list", "--store", shop_store).stdout == before
+    missing = invoke("sessions", "fork", "nope", "--at", "0", "--store", shop_store)
+    assert missing.exit_code == 1 and "no session 'nope'" in missing.stderr
+
+
 def test_sessions_errors(shop_store: str, tmp_path: Path) -> None:
     missing = invoke("sessions", "show", "nope", "--store", shop_store)
     assert missing.exit_code == 1
@@ -301,6 +346,18 @@ async def test_chat_loop_scripted_input() -> None:
     assert "hello" in out and "A000A001" in out and "✓ done" in out
     assert "nothing queued" in out
     assert [m.role for m in messages] == ["user", "assistant"]  # nothing after /quit was sent
+
+
+async def test_chat_loop_reset_starts_a_new_conversation() -> None:
+    console = record()
+    async with LocalRuntime() as runtime:
+        session = runtime.session("chat-reset", agent=load_agent(SHOP))
+        assert await chat_loop(session, ["hello", "/reset", "hello again", "/quit"], console, assistant="shop") == 0
+        messages = await session.messages()
+        events = await runtime.store.read("chat-reset")
+    assert "new conversation" in console.export_text()
+    assert [m.text for m in messages if m.role == "user"] == ["hello again"]
+    assert [e.type for e in events].count("ai.session.reset") == 1
 
 
 async def test_chat_loop_ends_with_its_input() -> None:

@@ -481,6 +481,8 @@ ROUTE_COMMANDS = (
     "resume",
     "respond",
     "events",
+    "reset",
+    "fork",
 )
 
 
@@ -494,7 +496,7 @@ async def test_openapi_describes_every_route(runtime: LocalRuntime) -> None:
     routes |= {(f"{session}/{name}", "get") for name in ("state", "messages", "info", "events")}
     routes |= {("/api/chat/{session_id}/stream", "get"), ("/api/chat/{session_id}/messages", "get")}
     documented = {(path, method) for path, item in document["paths"].items() for method in item}
-    assert documented == routes and len(routes) == 22
+    assert documented == routes and len(routes) == 24  # 22, and reset and fork
     events = document["paths"]["/api/sessions/{session_id}/events"]["get"]["responses"]["200"]["content"]
     assert "text/event-stream" in events
     chat = document["paths"]["/api/chat"]["post"]
@@ -764,3 +766,58 @@ async def test_a_reset_becomes_a_fresh_snapshot_event() -> None:
     assert third.startswith(b"event: mutations\nid: 10\n")
     await stream.aclose()
     assert session.subscription.closed
+
+
+# -- reset and fork ------------------------------------------------------------------------------
+
+
+async def prompted(client: httpx.AsyncClient, sid: str, text: str) -> None:
+    response = await client.post(f"/api/sessions/{sid}/prompt", json={"text": text, "wait": True, "timeout": 10})
+    assert response.status_code == 200 and response.json()["success"], response.text
+
+
+async def test_reset_starts_a_new_conversation(client: httpx.AsyncClient) -> None:
+    sid = await new_session(client)
+    await prompted(client, sid, "plain")
+    index = (await client.get(f"/api/sessions/{sid}/state")).json()["index"]
+    reset = await client.post(f"/api/sessions/{sid}/reset", json={"commandId": "reset-1"})
+    assert reset.json() == {"commandId": "reset-1", "outcome": "applied"}
+    assert (await client.get(f"/api/sessions/{sid}/messages")).json()["messages"] == []
+    before = (await client.get(f"/api/sessions/{sid}/state", params={"through": index})).json()
+    assert len(before["state"]["messages"]) == 2  # the log keeps the old conversation
+    assert (await client.post(f"/api/sessions/{sid}/reset", json={"commandId": "reset-1"})).json() == reset.json()
+
+
+async def test_fork_makes_a_session_the_caller_owns(client: httpx.AsyncClient) -> None:
+    sid = await new_session(client)
+    await prompted(client, sid, "plain")
+    at = (await client.get(f"/api/sessions/{sid}/state")).json()["index"]
+    await prompted(client, sid, "count")
+    new = uid("fork")
+
+    forked = await client.post(f"/api/sessions/{sid}/fork", json={"at": at, "id": new})
+
+    assert forked.status_code == 201 and forked.json() == {"id": new, "source": sid, "at": at}
+    source_then = (await client.get(f"/api/sessions/{sid}/state", params={"through": at})).json()["state"]
+    assert (await client.get(f"/api/sessions/{new}/state")).json()["state"] == source_then
+    assert new in [row["id"] for row in (await client.get("/api/sessions")).json()["items"]]
+    other = await client.get(f"/api/sessions/{new}/state", headers=bearer(OTHER))
+    assert other.status_code == 404
+    fresh = await client.post(f"/api/sessions/{sid}/fork", json={"at": 0})
+    assert fresh.status_code == 201 and fresh.json()["id"].startswith("s-")
+
+
+async def test_a_bad_fork_is_refused_and_writes_nothing(client: httpx.AsyncClient, runtime: LocalRuntime) -> None:
+    sid = await new_session(client)
+    await prompted(client, sid, "plain")
+    taken = await new_session(client)
+    before = await runtime.store.list_sessions(limit=1000)
+    beyond = await client.post(f"/api/sessions/{sid}/fork", json={"at": 999, "id": uid("f")})
+    assert beyond.status_code == 400 and "pass an `at` from 0 to" in beyond.json()["error"]["message"]
+    negative = await client.post(f"/api/sessions/{sid}/fork", json={"at": -1, "id": uid("f")})
+    assert negative.status_code == 422
+    clash = await client.post(f"/api/sessions/{sid}/fork", json={"at": 1, "id": taken})
+    assert clash.status_code == 409 and "taken" in clash.json()["error"]["message"]
+    assert await runtime.store.list_sessions(limit=1000) == before
+    missing = await client.post(f"/api/sessions/{sid}/fork", headers=bearer(OTHER), json={"at": 1})
+    assert missing.status_code == 404

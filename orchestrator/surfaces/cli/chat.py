@@ -54,6 +54,7 @@ COMMANDS: Final = (
     ("/retry", "run the last turn again, from its last finished tool call"),
     ("/pause", "pause after the current turn (/pause now: pause at once)"),
     ("/resume", "resume a paused session and its queued inputs"),
+    ("/reset", "stop the running turn and start a new conversation (the log keeps the old one)"),
     ("/steer TEXT", "redirect the running turn (sends TEXT when none runs)"),
     ("/queue", "show the queued inputs"),
     ("/approve [REASON]", "approve the tool call that awaits approval"),
@@ -417,6 +418,10 @@ class _Chat:
                 elif not self._rejected(await self.session.pause(when), "/pause"):
                     what = "paused now" if when == "now" else "paused: no new turn starts until /resume"
                     self.console.print(Text(what, style="yellow"))
+            case "/reset":
+                if not self._rejected(await self.session.reset(), "/reset"):
+                    message = "new conversation (the earlier one stays in the log: troupe sessions replay)"
+                    self.console.print(Text(message, style="yellow"))
             case "/steer":
                 if not rest:
                     self.console.print(Text("usage: /steer TEXT", style="yellow"))

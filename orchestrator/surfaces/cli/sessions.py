@@ -2,6 +2,7 @@
 
 ``list`` pages through the store's sessions, ``show`` folds a log (``fold_events``) and draws the
 conversation, ``replay`` does the same up to an event index and lists the events it folded, and
+``fork`` starts a new session from any point of one (``orchestrator.run.fork``), and
 ``tail`` prints events as they are appended: woken by the store when it can push new events
 (PostgreSQL's ``LISTEN``/``NOTIFY``: ``base.Followable``), else re-reading after the last index it
 printed every ``--interval`` seconds (a SQLite file written by another process sends no signal).
@@ -21,6 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.core.events import Event
+from orchestrator.core.ids import new_id
+from orchestrator.run.fork import fork_session
 from orchestrator.store.base import EventStore, Followable
 from orchestrator.surfaces.cli.common import DEFAULT_STORE, STORE_ENV, fail, open_read_store, stdout
 from orchestrator.surfaces.cli.render import event_summary, render_conversation, render_events
@@ -114,6 +117,38 @@ def replay_command(
     console = stdout()
     console.print(render_events(events, title=f"events of {session_id}"))
     _header(console, session_id, events, through=through)
+
+
+@sessions_app.command("fork")
+def fork_command(
+    session_id: Annotated[str, typer.Argument(help="The session to fork.")],
+    at: Annotated[int, typer.Option("--at", help="Fork after event INDEX (0 .. the session's last index).")],
+    fork_id: Annotated[str | None, typer.Option("--id", help="The new session's id (default: a fresh one).")] = None,
+    store: Store = DEFAULT_STORE,
+) -> None:
+    """A new session whose log is SESSION_ID's events 1..INDEX, sub-agents included; it runs on its own.
+
+    Forked in the middle of a turn, the new session's turn is interrupted as a crash there would
+    leave it; the next runtime to open it recovers it by the tools' policies. A bad INDEX or a
+    taken id writes nothing.
+    """
+    target = fork_id or new_id("s")
+
+    async def go() -> int:
+        events_store = await open_read_store(store)
+        try:
+            if await events_store.last_index(session_id) == 0:
+                fail(
+                    f"no session {session_id!r} in {store}; `troupe sessions list --store {store}` shows the ones there"
+                )
+            steps = await fork_session(events_store, session_id, target, at)
+        finally:
+            await events_store.close()
+        return len(steps) - 1
+
+    children = asyncio.run(go())
+    extra = f", with {children} sub-agent session{'s' if children != 1 else ''}" if children else ""
+    stdout().print(f"forked {session_id} at {at} into {target}{extra}", markup=False, highlight=False)
 
 
 async def follow_events(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from fastapi import APIRouter, Body, Depends, Header, Query, Response
 
 from orchestrator.core.aistate import Receipt
-from orchestrator.core.errors import ParseError
+from orchestrator.core.errors import ParseError, UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.mutations import info_of
 from orchestrator.core.wire import message_to_wire
@@ -25,6 +25,7 @@ from orchestrator.surfaces.http.models import (
     CreateSession,
     EditRequest,
     EventsPushed,
+    ForkRequest,
     MessageList,
     MoveRequest,
     PauseRequest,
@@ -33,11 +34,13 @@ from orchestrator.surfaces.http.models import (
     PushRequest,
     QueueRequest,
     ReceiptBody,
+    ResetRequest,
     RespondRequest,
     RetryRequest,
     SendNowRequest,
     SendRequest,
     SessionCreated,
+    SessionForked,
     SessionList,
     SessionRow,
     StateBody,
@@ -185,6 +188,45 @@ def session_router(ctx: Context) -> APIRouter:
         ctx.authorize(session.id, "retry")
         request = body or RetryRequest()
         return _receipt(await session.retry(turn_id=request.turn_id, id=request.command_id))
+
+    @router.post("/{session_id}/reset", response_model=ReceiptBody, summary="Start a new conversation")
+    async def reset(session: Owned, body: Annotated[ResetRequest | None, Body()] = None) -> ReceiptBody:
+        """Stop the active turn, then start a new conversation.
+
+        Messages, queue and approvals start empty; the log keeps everything (``/fork`` still
+        reaches it). Idempotent by ``commandId``.
+        """
+        ctx.authorize(session.id, "reset")
+        return _receipt(await session.reset(id=body.command_id if body is not None else None))
+
+    @router.post(
+        "/{session_id}/fork",
+        status_code=201,
+        response_model=SessionForked,
+        summary="Fork the session at a log index",
+        responses={409: {"model": ErrorBody, "description": "The new id is taken."}},
+    )
+    async def fork(session: Owned, owner: Caller, body: ForkRequest) -> SessionForked:
+        """A new session, owned by the caller, whose log is this one's events ``1..at``.
+
+        It folds to this session's state at ``at`` and runs on its own; sub-agent sessions come
+        along. Forked mid-turn, its turn recovers as after a crash there (a ``report`` tool that
+        had started is not run again). A bad ``at`` is 400 and a taken id 409; neither writes.
+        """
+        ctx.authorize(session.id, "fork")
+        new_id = check_session_id(body.id) if body.id is not None else f"s-{uuid.uuid4().hex}"
+        last = await ctx.runtime.store.last_index(session.id)
+        if body.at > last:
+            raise ApiError(400, f"the session's log ends at {last}: pass an `at` from 0 to {last}", "at")
+        if await ctx.owners.owner(new_id) is not None or await ctx.runtime.store.last_index(new_id) > 0:
+            raise ApiError(409, f"session id {new_id!r} is taken; choose another for the fork", "id")
+        if await ctx.owners.claim(new_id, owner) == "taken":
+            raise ApiError(409, f"session id {new_id!r} is taken; choose another for the fork", "id")
+        try:
+            await session.fork(at=body.at, id=new_id)
+        except UsageError as error:
+            raise ApiError(400, error.message, "at") from error
+        return SessionForked(id=new_id, source=session.id, at=body.at)
 
     @router.post("/{session_id}/steer", response_model=ReceiptBody, summary="Steer the active turn")
     async def steer(session: Owned, body: SteerRequest) -> ReceiptBody:

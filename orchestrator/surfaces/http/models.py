@@ -243,6 +243,31 @@ class RetryRequest(_Body):
     )
 
 
+class ResetRequest(_Body):
+    """Stop the active turn and start a new conversation (the log keeps the old one)."""
+
+    command_id: ClientId | None = None
+
+
+class ForkRequest(_Body):
+    """A new session whose log is this one's events through ``at`` (time travel)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"at": 12, "id": "s-2"}, {"at": 0}]})
+
+    at: int = Field(ge=0, description="The log index to fork at (0 .. the session's last index).")
+    id: str | None = Field(default=None, description="The new session's id (default: a fresh one).")
+
+
+class SessionForked(_Out):
+    """The fork: a new session, owned by the caller."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"id": "s-2", "source": "s-1", "at": 12}]})
+
+    id: str
+    source: str
+    at: int
+
+
 class SteerRequest(_Body):
     """Redirect the active turn after its current response and tools (sends when none is active)."""
 

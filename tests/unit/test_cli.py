@@ -262,6 +262,13 @@ def test_sessions_fork(shop_store: str) -> None:
         finally:
             await store.close()
 
+    async def first_tool_result() -> int:  # where it lands depends on how the stream was batched: read it
+        store = open_store(shop_store)
+        try:
+            return next(e.index for e in await store.read("s-shop") if e.type == "ai.tool.finished")
+        finally:
+            await store.close()
+
     last = asyncio.run(last_index())
     result = invoke("sessions", "fork", "s-shop", "--at", str(last), "--id", "f-1", "--store", shop_store)
     assert result.exit_code == 0, result.output
@@ -273,8 +280,9 @@ def test_sessions_fork(shop_store: str) -> None:
     assert shown.stdout.replace("f-1", "s-shop") == source.stdout  # the same conversation, sub-agent included
     listed = invoke("sessions", "list", "--store", shop_store, "--prefix", "f-1")
     assert "f-1 " in listed.stdout and "f-1/call-" in listed.stdout
-    mid = invoke("sessions", "fork", "s-shop", "--at", "8", "--store", shop_store)
-    assert mid.exit_code == 0 and mid.stdout.startswith("forked s-shop at 8 into s-")
+    at = asyncio.run(first_tool_result())
+    mid = invoke("sessions", "fork", "s-shop", "--at", str(at), "--store", shop_store)
+    assert mid.exit_code == 0 and mid.stdout.startswith(f"forked s-shop at {at} into s-")
     replayed = invoke("sessions", "replay", mid.stdout.split()[-1], "--store", shop_store)
     assert "ai.tool.finished" in replayed.stdout and "ai.turn.finished" not in replayed.stdout
 

@@ -101,11 +101,23 @@ def apply_actions(session: SessionState, actions: Iterable[SessionAction]) -> Se
 
 
 def evolve(state: AIState, event: Event, contract: Contract | None = None) -> tuple[AIState, list[SessionAction]]:
-    """The next state after ``event``, and the session actions that produced its conversation."""
+    """The next state after ``event``, and the session actions that produced its conversation.
+
+    The contract's reducer sees every event, built-in ones included (seed: "``fold`` sees your
+    state and every event"), so the live state and ``session.state(reducer)``, which replays the
+    whole log through it, always agree. It costs one call of the reducer's ``fold`` per event.
+    """
+    if contract is None or contract.reducer is None:
+        return _evolve_ai(state, event)
+    app = contract.reducer.fold(state.app, event)
+    state, actions = _evolve_ai(state, event)
+    return (state if app is state.app else state.with_(app=app)), actions
+
+
+def _evolve_ai(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
+    """The built-in fold: an app event (or an ``ai.*`` type this version does not know) changes nothing."""
     data = event.data
-    if data is None:  # an app event (or an ``ai.*`` type this version does not know)
-        if contract is not None and not event.type.startswith("ai."):
-            return state.with_(app=contract.fold_app(state.app, event)), []
+    if data is None:
         return state, []
     match data:
         case Stream():

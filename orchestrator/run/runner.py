@@ -186,6 +186,8 @@ class SessionRunner:
             for event in new:
                 if stale(state, event):
                     continue  # a late part or end of a step that was stopped or superseded: dropped
+                if event.type == ai.DECIDED:  # a stop ends its running report calls as interrupted first
+                    add(self._calls.cut_by_stop(event, state))
                 stamped = log.stamp(event, len(batch), now)
                 folded = log.fold([stamped], state)[0]
                 batch.append(stamped)

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from orchestrator.models.openai import OpenAIChatModel
     from orchestrator.models.scripted import ScriptedModel
     from orchestrator.run.agent import Agent
+    from orchestrator.run.handlers import HandlerContext
     from orchestrator.store import open_store
     from tools import ToolContext, tool
 
@@ -79,6 +80,7 @@ __all__ = [
     "DataUpdate",
     "Failure",
     "Finish",
+    "HandlerContext",
     "LocalRuntime",
     "MessageMetadata",
     "MessagePart",
@@ -133,6 +135,7 @@ __all__ = [
 _LAZY = {
     "Agent": "orchestrator.run.agent",
     "Contract": "orchestrator.core.contract",
+    "HandlerContext": "orchestrator.run.handlers",
     "LocalRuntime": "actors.local",
     "OpenAIChatModel": "orchestrator.models.openai",
     "PendingApproval": "orchestrator.core.approvals",

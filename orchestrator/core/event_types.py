@@ -14,6 +14,8 @@ __all__ = [
     "COMMAND_TYPES",
     "COMPACTION",
     "DECIDED",
+    "HANDLER_FINISHED",
+    "HANDLER_SCHEDULED",
     "INPUT",
     "INPUT_ADMITTED",
     "INPUT_EDIT",
@@ -107,3 +109,7 @@ NESTED: Final = "ai.nested"
 """A batch from a sub-agent, applied under its call: ``{callId, seq, actions}``."""
 COMPACTION: Final = "ai.compaction"
 """A compaction changed status: ``{id, status, summary?, through?, inputTokens?, thresholdTokens?, usage?}``."""
+HANDLER_SCHEDULED: Final = "ai.handler.scheduled"
+"""The app event just before it has a handler to run: ``{eventId, eventType}`` (same batch)."""
+HANDLER_FINISHED: Final = "ai.handler.finished"
+"""An app event's handler ended: ``{eventId, outcome: completed|failed, error?}`` (never runs again)."""

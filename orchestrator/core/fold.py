@@ -17,6 +17,7 @@ from orchestrator.core.aistate import (
     ActiveTurn,
     AIState,
     CompactionState,
+    DueHandler,
     InboxItem,
     Interaction,
     Receipt,
@@ -32,6 +33,8 @@ from orchestrator.core.payloads import (
     CommandPayload,
     Compaction,
     Decided,
+    HandlerFinished,
+    HandlerScheduled,
     Input,
     InputAdmitted,
     InputEdit,
@@ -120,6 +123,14 @@ def _evolve_ai(state: AIState, event: Event) -> tuple[AIState, list[SessionActio
     if data is None:
         return state, []
     match data:
+        case HandlerScheduled():
+            due = DueHandler(data.event_id, data.event_type, event.index)
+            return state.with_(due_handlers={**state.due_handlers, data.event_id: due}), []
+        case HandlerFinished():
+            if data.event_id not in state.due_handlers:
+                return state, []  # a second run's finish (at-least-once): already recorded
+            handlers = {k: v for k, v in state.due_handlers.items() if k != data.event_id}
+            return state.with_(due_handlers=handlers), []
         case Stream():
             return _on_stream(state, data)
         case (

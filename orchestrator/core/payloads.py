@@ -53,6 +53,8 @@ __all__ = [
     "CommandPayload",
     "Compaction",
     "Decided",
+    "HandlerFinished",
+    "HandlerScheduled",
     "Input",
     "InputAdmitted",
     "InputEdit",
@@ -534,6 +536,34 @@ class Compaction:
     __pydantic_config__ = _CONFIG
 
 
+@dataclass(frozen=True, slots=True)
+class HandlerScheduled:
+    """``ai.handler.scheduled``: an app event's handler is due (written in the event's own batch)."""
+
+    event_id: str
+    """The app event (its id is the handler's idempotency key)."""
+    event_type: str
+    """Its type (the handler the agent declared for it)."""
+
+    type: ClassVar[Literal["ai.handler.scheduled"]] = "ai.handler.scheduled"
+    __pydantic_config__ = _CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerFinished:
+    """``ai.handler.finished``: an app event's handler ended; it never runs for that event again."""
+
+    event_id: str
+    """The app event."""
+    outcome: Literal["completed", "failed"] = "completed"
+    """Whether the handler returned or raised."""
+    error: str | None = None
+    """A failed handler's message."""
+
+    type: ClassVar[Literal["ai.handler.finished"]] = "ai.handler.finished"
+    __pydantic_config__ = _CONFIG
+
+
 CommandPayload: TypeAlias = (
     Input | InputEdit | InputMove | InputRemove | InputSendNow | TurnStop | TurnRetry | Pause | Resume | Respond
 )
@@ -559,6 +589,8 @@ AIPayload: TypeAlias = (
     | ChildStarted
     | Nested
     | Compaction
+    | HandlerScheduled
+    | HandlerFinished
 )
 """Every built-in event's payload; ``Event.data`` holds one."""
 
@@ -593,6 +625,8 @@ PAYLOAD_CLASSES: Final[dict[str, type[Any]]] = {
         ChildStarted,
         Nested,
         Compaction,
+        HandlerScheduled,
+        HandlerFinished,
     )
 }
 """Event type -> payload class, for every built-in event type."""
@@ -643,7 +677,9 @@ PAYLOAD_ADAPTER: Final[TypeAdapter[AIPayload]] = TypeAdapter(
         | Annotated[InteractionRequested, _STRIP, Tag(ai.INTERACTION_REQUESTED)]
         | Annotated[ChildStarted, _STRIP, Tag(ai.CHILD_STARTED)]
         | Annotated[Nested, _STRIP, Tag(ai.NESTED)]
-        | Annotated[Compaction, _STRIP, Tag(ai.COMPACTION)],
+        | Annotated[Compaction, _STRIP, Tag(ai.COMPACTION)]
+        | Annotated[HandlerScheduled, _STRIP, Tag(ai.HANDLER_SCHEDULED)]
+        | Annotated[HandlerFinished, _STRIP, Tag(ai.HANDLER_FINISHED)],
         Discriminator(_tag),
     ]
 )

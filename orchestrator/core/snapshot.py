@@ -15,6 +15,7 @@ from orchestrator.core.aistate import (
     ActiveTurn,
     AIState,
     CompactionState,
+    DueHandler,
     Inbox,
     InboxItem,
     Interaction,
@@ -38,6 +39,7 @@ _TYPES: dict[str, type[Any]] = {
     for cls in (
         ActiveTurn,
         CompactionState,
+        DueHandler,
         Inbox,
         InboxItem,
         Interaction,

@@ -36,6 +36,7 @@ from orchestrator.core.recovery import recover
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
+from orchestrator.run.handlers import Handlers
 from orchestrator.run.ledger import TurnLedger
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.nested import NestedInbox, respond_nested
@@ -82,6 +83,7 @@ class SessionRunner:
         self._changed = asyncio.Condition()
         self._steps = Steps(self)
         self._calls = ToolCalls(self)
+        self._handlers = Handlers(self, dict(agent.handlers))
         self._driving = False
         self._again = False
         self._closed = False
@@ -122,6 +124,7 @@ class SessionRunner:
         events = recover(self.log.state, partial(recovery_policy, self.agent))
         if events:
             await self._append(events)
+        self._handlers.start_due(self.log.state)  # at least once: a crash left these unfinished
         self._kick()
 
     # -- the one way anything changes ----------------------------------------------------------
@@ -181,6 +184,8 @@ class SessionRunner:
         staged: list[Applied] = []
         state = log.state
 
+        starts: list[Callable[[], None]] = []
+
         def add(new: Sequence[Event]) -> None:
             nonlocal state
             for event in new:
@@ -193,9 +198,12 @@ class SessionRunner:
                 batch.append(stamped)
                 staged.append(folded)
                 state = folded.state
+                scheduled = self._handlers.schedule(stamped)
+                if scheduled is not None:  # its handler runs once this batch is durable
+                    add([scheduled])
+                    starts.append(partial(self._handlers.start, state.due_handlers[stamped.id], stamped))
 
         add(events)
-        starts: list[Callable[[], None]] = []
         early: list[Callable[[AIState], StepWork]] = []
         cancel: str | None = None
         claimed: set[str] = set()
@@ -445,6 +453,7 @@ class SessionRunner:
         for task in list(self._background):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self._handlers.close()
 
     # -- sub-agents --------------------------------------------------------------------------------
 

@@ -14,11 +14,12 @@ from actors.local import LocalRuntime
 from orchestrator import HandlerContext
 from orchestrator.core import event_types as ai
 from orchestrator.core.contract import Contract, Reducer
-from orchestrator.core.errors import UsageError
+from orchestrator.core.errors import ConfigError, UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.ids import idempotent_id
 from orchestrator.run.agent import Agent
 from orchestrator.store.base import EventStore
+from orchestrator.surfaces.config import load_agent
 from orchestrator.testing import Gate, ScriptedModel, eventually
 
 TIMEOUT = 10
@@ -138,3 +139,27 @@ def test_handlers_are_checked_when_the_agent_is_made() -> None:
         Agent("a", "x", model, handlers={"ai.turn.finished": fine})
     with pytest.raises(UsageError, match="no such event type"):
         Agent("a", "x", model, contract=DESK, handlers={"ticket.closed": fine})
+
+
+async def notify(context: HandlerContext) -> None:
+    """A handler a config names by import path."""
+
+
+def sync_notify(context: HandlerContext) -> None:
+    """Not a handler: handlers are async."""
+
+
+def test_a_config_names_handlers_by_import_path(tmp_path: Path) -> None:
+    def load(handlers: str) -> Agent:
+        path = tmp_path / "troupe.yaml"
+        path.write_text(f"agents:\n  desk:\n    model: {{scripted: [[{{text: Hi}}]]}}\n    handlers: {handlers}\n")
+        return load_agent(path, env={})
+
+    agent = load("{ticket.flagged: 'tests.unit.test_handlers:notify'}")
+    assert agent.handlers == {"ticket.flagged": notify}
+    with pytest.raises(ConfigError, match="must be an async function"):
+        load("{ticket.flagged: 'tests.unit.test_handlers:sync_notify'}")
+    with pytest.raises(ConfigError, match="has no attribute 'notfy'"):
+        load("{ticket.flagged: 'tests.unit.test_handlers:notfy'}")
+    with pytest.raises(ConfigError, match="handlers must map app event types"):
+        load("[notify]")

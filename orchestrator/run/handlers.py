@@ -6,8 +6,10 @@ your own events and state"):
 
 - **After the event is durable.** The event and an ``ai.handler.scheduled`` for it are written in
   one batch; the handler starts only once that batch is in the store.
-- **At least once.** A crash (of the process, the Ray host) while a handler runs leaves it due,
-  and the session runs it again when it is next activated. So a handler may run more than once
+- **At least once.** A crash (of the process, the Ray host) or a shutdown while a handler runs
+  leaves it due, and the session runs it again when it is next activated (a restarted Ray host
+  re-activates its sessions at once; otherwise, on the session's next use). A running handler
+  keeps its session from deactivating when idle. So a handler may run more than once
   for one event: make its effect idempotent with ``context.event.id`` as the key (e.g. an
   ``Idempotency-Key`` header, or ``idempotent_id(..., context.event.id)`` for an input it sends).
 - **Never again once finished.** Its end is recorded as ``ai.handler.finished`` (``completed``,

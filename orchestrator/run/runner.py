@@ -438,8 +438,11 @@ class SessionRunner:
         return await self.wait_for(lambda s: next_effect(s, self.limits) is None and not self._busy_now(), timeout)
 
     def _busy_now(self) -> bool:
-        """Whether a model step or a tool call runs in this process now."""
-        return self._steps.current is not None or bool(self._calls.running)
+        """Whether a model step, a tool call or an app-event handler runs in this process now.
+
+        A running handler keeps the session active: deactivating it would cut the handler off.
+        """
+        return self._steps.current is not None or bool(self._calls.running) or bool(self._handlers.running)
 
     async def close(self) -> None:
         """Stop this process's work (the log keeps everything; ``open`` recovers it)."""

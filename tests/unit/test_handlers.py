@@ -17,6 +17,7 @@ from orchestrator.core.contract import Contract, Reducer
 from orchestrator.core.errors import ConfigError, UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.ids import idempotent_id
+from orchestrator.core.snapshot import decode_state, encode_state
 from orchestrator.run.agent import Agent
 from orchestrator.store.base import EventStore
 from orchestrator.surfaces.config import load_agent
@@ -163,3 +164,25 @@ def test_a_config_names_handlers_by_import_path(tmp_path: Path) -> None:
         load("{ticket.flagged: 'tests.unit.test_handlers:notfy'}")
     with pytest.raises(ConfigError, match="handlers must map app event types"):
         load("[notify]")
+
+
+async def test_a_running_handler_keeps_its_session_active_and_a_snapshot_keeps_it_due(rt: LocalRuntime) -> None:
+    gate = Gate()
+
+    async def slow(context: HandlerContext) -> None:
+        await gate.wait()
+
+    session = rt.session("s-1", agent=desk_agent(slow))
+    await session.push(Event("evt-1", "ticket.flagged", {"ticket": "T-1"}))
+    await gate.reached()
+    assert rt.host is not None
+    assert await rt.host.deactivate_idle() == 0  # idle would cut the handler off
+    state = (await session.state()).state
+    decoded = decode_state(encode_state(state))
+    assert decoded is not None and decoded.due_handlers == state.due_handlers
+    assert list(state.due_handlers) == ["evt-1"]
+    gate.open()
+    await finished(rt.store, "s-1")
+    host = rt.host
+    deactivated: int = await eventually(host.deactivate_idle, TIMEOUT, what="the session deactivated once idle")
+    assert deactivated == 1

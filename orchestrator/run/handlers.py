@@ -106,8 +106,8 @@ class Handlers:
 
     def schedule(self, event: Event) -> Event | None:
         """The ``ai.handler.scheduled`` that goes in ``event``'s batch, if its type has a handler."""
-        if event.data is not None or event.type not in self.handlers:
-            return None
+        if not self.handlers or event.data is not None or event.type not in self.handlers:
+            return None  # (checked for every event the session writes: the common case first)
         return Event(handler_scheduled_id(event.id), ai.HANDLER_SCHEDULED, data=HandlerScheduled(event.id, event.type))
 
     def start(self, due: DueHandler, event: Event | None = None) -> None:

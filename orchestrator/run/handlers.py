@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -99,7 +99,9 @@ class HandlerHost(Protocol):
 class Handlers:
     """The handlers of one session that run in this process (``running``, by event id)."""
 
-    def __init__(self, host: HandlerHost, handlers: dict[str, Handler]) -> None:
+    __slots__ = ("handlers", "host", "running")  # one per active session: kept small
+
+    def __init__(self, host: HandlerHost, handlers: Mapping[str, Handler]) -> None:
         self.host = host
         self.handlers = handlers
         self.running: dict[str, asyncio.Task[None]] = {}

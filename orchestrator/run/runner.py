@@ -83,7 +83,7 @@ class SessionRunner:
         self._changed = asyncio.Condition()
         self._steps = Steps(self)
         self._calls = ToolCalls(self)
-        self._handlers = Handlers(self, dict(agent.handlers))
+        self._handlers = Handlers(self, agent.handlers)
         self._driving = False
         self._again = False
         self._closed = False

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from orchestrator.models.openai import OpenAIChatModel
     from orchestrator.models.scripted import ScriptedModel
     from orchestrator.run.agent import Agent, Compaction, CompactionContext, ResolverContext
+    from orchestrator.run.handlers import HandlerContext
     from orchestrator.store import open_store
     from tools import ToolContext, tool
 
@@ -82,6 +83,7 @@ __all__ = [
     "DataUpdate",
     "Failure",
     "Finish",
+    "HandlerContext",
     "LocalRuntime",
     "MessageMetadata",
     "MessagePart",
@@ -144,6 +146,7 @@ _LAZY = {
     "ModelLimits": "orchestrator.models.catalog",
     "ResolverContext": "orchestrator.run.agent",
     "Contract": "orchestrator.core.contract",
+    "HandlerContext": "orchestrator.run.handlers",
     "LocalRuntime": "actors.local",
     "OpenAIChatModel": "orchestrator.models.openai",
     "PendingApproval": "orchestrator.core.approvals",

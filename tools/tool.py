@@ -47,7 +47,9 @@ class Tool:
     input_model: type[BaseModel]
     """Validates the arguments."""
     recovery: Recovery = "rerun"
-    """After a crash mid-call: ``rerun`` it, or ``report`` to the model that it may have partly run."""
+    """After a crash, a timeout, a stop or a pause now cut a call short: ``rerun`` it (a stop cancels
+    it instead), or ``report`` to the model that it was interrupted and may have partly run, and never
+    run it again, even on retry or resume."""
     needs_approval: Approval = False
     """Whether a call waits for the user's approval first."""
     timeout: float | None = None

@@ -22,6 +22,7 @@ __all__ = [
     "AIState",
     "ActiveTurn",
     "CompactionState",
+    "DueHandler",
     "Inbox",
     "InboxItem",
     "Interaction",
@@ -153,6 +154,18 @@ class ToolRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class DueHandler:
+    """An app event whose handler has not finished (it runs, or runs again after a crash)."""
+
+    event_id: str
+    """The app event (the handler's idempotency key)."""
+    event_type: str
+    """Its type."""
+    index: int
+    """The log index of its ``ai.handler.scheduled`` (the event itself is just before it)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Interaction:
     """A question to the user (an approval), tied to a tool call."""
 
@@ -258,6 +271,8 @@ class AIState:
     """An applied retry that the executor has not started yet."""
     starting: bool = False
     """Optimistic display: a send awaiting acceptance (only ever true on a client)."""
+    due_handlers: Mapping[str, DueHandler] = field(default_factory=dict)
+    """App events whose handler has not finished, by event id (``Agent.handlers``)."""
     app: Mapping[str, Any] = field(default_factory=dict)
     """The contract's app state (merged: ``state.plan`` reads ``app["plan"]``)."""
 

@@ -73,7 +73,8 @@ class Contract:
     events: Mapping[str, type[BaseModel]] = field(default_factory=dict)
     """Event type -> payload model."""
     reducer: Reducer[Mapping[str, Any]] | None = None
-    """Folded into ``AIState.app``; its initial state's keys must not shadow ``AIState``'s."""
+    """Folded into ``AIState.app`` over every event, built-in ``ai.*`` ones too (live and replayed
+    alike); its initial state's keys must not shadow ``AIState``'s."""
     authorize: Callable[[Operation], bool] | None = None
     """Decides client operations (server appends skip it). ``None`` allows every app event."""
 

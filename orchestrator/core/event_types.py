@@ -14,6 +14,8 @@ __all__ = [
     "COMMAND_TYPES",
     "COMPACTION",
     "DECIDED",
+    "HANDLER_FINISHED",
+    "HANDLER_SCHEDULED",
     "INPUT",
     "INPUT_ADMITTED",
     "INPUT_EDIT",
@@ -133,3 +135,7 @@ MODEL_METADATA_REQUESTED: Final = "ai.model.metadata.requested"
 """The first generation with a model in this session asked for its limits: ``{model, catalogName}``."""
 MODEL_METADATA_RESOLVED: Final = "ai.model.metadata.resolved"
 """A model's limits lookup landed: ``{model, status: resolved|unavailable, contextWindow?, maxOutputTokens?}``."""
+HANDLER_SCHEDULED: Final = "ai.handler.scheduled"
+"""The app event just before it has a handler to run: ``{eventId, eventType}`` (same batch)."""
+HANDLER_FINISHED: Final = "ai.handler.finished"
+"""An app event's handler ended: ``{eventId, outcome: completed|failed, error?}`` (never runs again)."""

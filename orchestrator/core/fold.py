@@ -17,6 +17,7 @@ from orchestrator.core.aistate import (
     ActiveTurn,
     AIState,
     CompactionState,
+    DueHandler,
     InboxItem,
     Interaction,
     ModelMetadata,
@@ -34,6 +35,8 @@ from orchestrator.core.payloads import (
     CommandPayload,
     Compaction,
     Decided,
+    HandlerFinished,
+    HandlerScheduled,
     Input,
     InputAdmitted,
     InputEdit,
@@ -106,13 +109,33 @@ def apply_actions(session: SessionState, actions: Iterable[SessionAction]) -> Se
 
 
 def evolve(state: AIState, event: Event, contract: Contract | None = None) -> tuple[AIState, list[SessionAction]]:
-    """The next state after ``event``, and the session actions that produced its conversation."""
+    """The next state after ``event``, and the session actions that produced its conversation.
+
+    The contract's reducer sees every event, built-in ones included (seed: "``fold`` sees your
+    state and every event"), so the live state and ``session.state(reducer)``, which replays the
+    whole log through it, always agree. It costs one call of the reducer's ``fold`` per event.
+    """
+    if contract is None or contract.reducer is None:
+        return _evolve_ai(state, event)
+    app = contract.reducer.fold(state.app, event)
+    state, actions = _evolve_ai(state, event)
+    return (state if app is state.app else state.with_(app=app)), actions
+
+
+def _evolve_ai(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
+    """The built-in fold: an app event (or an ``ai.*`` type this version does not know) changes nothing."""
     data = event.data
-    if data is None:  # an app event (or an ``ai.*`` type this version does not know)
-        if contract is not None and not event.type.startswith("ai."):
-            return state.with_(app=contract.fold_app(state.app, event)), []
+    if data is None:
         return state, []
     match data:
+        case HandlerScheduled():
+            due = DueHandler(data.event_id, data.event_type, event.index)
+            return state.with_(due_handlers={**state.due_handlers, data.event_id: due}), []
+        case HandlerFinished():
+            if data.event_id not in state.due_handlers:
+                return state, []  # a second run's finish (at-least-once): already recorded
+            handlers = {k: v for k, v in state.due_handlers.items() if k != data.event_id}
+            return state.with_(due_handlers=handlers), []
         case Stream():
             return _on_stream(state, data)
         case (

@@ -24,6 +24,7 @@ __all__ = [
     "derived_event_id",
     "derived_event_prefix",
     "fork_event_id",
+    "handler_scheduled_id",
     "idempotent_id",
     "logical_event_id",
     "new_id",
@@ -63,6 +64,14 @@ def idempotent_id(*parts: str) -> str:
         raise UsageError("idempotent_id() needs one or more non-empty strings")
     digest = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:24]
     return f"id-{digest}"
+
+
+def handler_scheduled_id(event_id: str) -> str:
+    """The id of the ``ai.handler.scheduled`` that follows app event ``event_id``.
+
+    Derived from the event, so re-pushing the same batch (the event and its schedule) replays.
+    """
+    return f"{RESERVED_ID_PREFIX}{event_id}:handler"
 
 
 def child_session_id(parent_id: str, call_id: str) -> str:

@@ -53,6 +53,8 @@ __all__ = [
     "CommandPayload",
     "Compaction",
     "Decided",
+    "HandlerFinished",
+    "HandlerScheduled",
     "Input",
     "InputAdmitted",
     "InputEdit",
@@ -562,6 +564,19 @@ class ModelMetadataRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class HandlerScheduled:
+    """``ai.handler.scheduled``: an app event's handler is due (written in the event's own batch)."""
+
+    event_id: str
+    """The app event (its id is the handler's idempotency key)."""
+    event_type: str
+    """Its type (the handler the agent declared for it)."""
+
+    type: ClassVar[Literal["ai.handler.scheduled"]] = "ai.handler.scheduled"
+    __pydantic_config__ = _CONFIG
+
+
+@dataclass(frozen=True, slots=True)
 class ModelMetadataResolved:
     """``ai.model.metadata.resolved``: a model's limits lookup landed."""
 
@@ -575,6 +590,21 @@ class ModelMetadataResolved:
     """The most tokens one answer may hold, when the catalog knows it."""
 
     type: ClassVar[Literal["ai.model.metadata.resolved"]] = "ai.model.metadata.resolved"
+    __pydantic_config__ = _CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerFinished:
+    """``ai.handler.finished``: an app event's handler ended; it never runs for that event again."""
+
+    event_id: str
+    """The app event."""
+    outcome: Literal["completed", "failed"] = "completed"
+    """Whether the handler returned or raised."""
+    error: str | None = None
+    """A failed handler's message."""
+
+    type: ClassVar[Literal["ai.handler.finished"]] = "ai.handler.finished"
     __pydantic_config__ = _CONFIG
 
 
@@ -615,6 +645,8 @@ AIPayload: TypeAlias = (
     | Compaction
     | ModelMetadataRequested
     | ModelMetadataResolved
+    | HandlerScheduled
+    | HandlerFinished
 )
 """Every built-in event's payload; ``Event.data`` holds one."""
 
@@ -652,6 +684,8 @@ PAYLOAD_CLASSES: Final[dict[str, type[Any]]] = {
         Compaction,
         ModelMetadataRequested,
         ModelMetadataResolved,
+        HandlerScheduled,
+        HandlerFinished,
     )
 }
 """Event type -> payload class, for every built-in event type."""
@@ -705,7 +739,9 @@ PAYLOAD_ADAPTER: Final[TypeAdapter[AIPayload]] = TypeAdapter(
         | Annotated[Nested, _STRIP, Tag(ai.NESTED)]
         | Annotated[Compaction, _STRIP, Tag(ai.COMPACTION)]
         | Annotated[ModelMetadataRequested, _STRIP, Tag(ai.MODEL_METADATA_REQUESTED)]
-        | Annotated[ModelMetadataResolved, _STRIP, Tag(ai.MODEL_METADATA_RESOLVED)],
+        | Annotated[ModelMetadataResolved, _STRIP, Tag(ai.MODEL_METADATA_RESOLVED)]
+        | Annotated[HandlerScheduled, _STRIP, Tag(ai.HANDLER_SCHEDULED)]
+        | Annotated[HandlerFinished, _STRIP, Tag(ai.HANDLER_FINISHED)],
         Discriminator(_tag),
     ]
 )

@@ -15,6 +15,7 @@ from orchestrator.core.aistate import (
     ActiveTurn,
     AIState,
     CompactionState,
+    DueHandler,
     Inbox,
     InboxItem,
     Interaction,
@@ -30,15 +31,16 @@ from orchestrator.core.wire import pack, parse_state, state_to_wire, unpack
 
 __all__ = ["FOLD_VERSION", "decode_state", "encode_state", "snapshot_key"]
 
-FOLD_VERSION = "ai.v2"
+FOLD_VERSION = "ai.v3"
 """The built-in fold's snapshot identity; bump it whenever ``orchestrator.core.fold`` changes meaning
-(``v2``: pending commands hold typed payloads)."""
+(``v2``: pending commands hold typed payloads; ``v3``: a contract's reducer folds every event)."""
 
 _TYPES: dict[str, type[Any]] = {
     cls.__name__: cls
     for cls in (
         ActiveTurn,
         CompactionState,
+        DueHandler,
         Inbox,
         InboxItem,
         Interaction,

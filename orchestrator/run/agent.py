@@ -5,10 +5,15 @@
 every model step, so a change during a turn applies from the next step. A resolver that raises
 fails the turn with its message; retry runs it again. Each sub-agent appears to the model as a
 ``delegate_to_<name>`` tool.
+
+``handlers`` maps app event types to ``async def handler(context)`` side effects, run after the
+event is durable, at least once per event, and never again once finished
+(``orchestrator.run.handlers`` has the guarantees).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,8 +23,10 @@ from orchestrator.core._json import JsonValue
 from orchestrator.core.aistate import AIState
 from orchestrator.core.contract import Contract
 from orchestrator.core.errors import UsageError
+from orchestrator.core.events import BUILTIN_PREFIX
 from orchestrator.core.parts import AgentMessage
 from orchestrator.models.base import ModelAdapter, ToolSpec
+from orchestrator.run.handlers import Handler
 from orchestrator.run.toolport import ToolLike, ToolSourceLike
 
 __all__ = [
@@ -188,6 +195,10 @@ class Agent:
     """Provider settings for every step."""
     description: str = ""
     """What the agent does (the delegate tool's description, for a parent's model)."""
+    handlers: Mapping[str, Handler] = field(default_factory=dict)
+    """App event type -> ``async def handler(context)``: run after each such event is durable, at
+    least once (again after a crash: key its effect on ``context.event.id``), never again once it
+    finished; a failure is recorded (``ai.handler.finished``) and does not fail the turn."""
     _static: tuple[ToolLike, ...] | None = field(default=None, init=False, repr=False, compare=False)
     _adapter: bool = field(default=False, init=False, repr=False, compare=False)
 
@@ -214,6 +225,7 @@ class Agent:
             )
         if isinstance(self.compaction, Compaction):
             _check_shaping(self.name, self.compaction, self.settings)
+        self._check_handlers()
         object.__setattr__(self, "tools", tuple(self.tools))
         object.__setattr__(self, "agents", tuple(self.agents))
         seen: set[str] = set()
@@ -237,6 +249,28 @@ class Agent:
                     f"agent {self.name!r}: tools=[...] must hold @tool functions or tool sources, "
                     f"got {type(ref).__name__}"
                 )
+
+    def _check_handlers(self) -> None:
+        if not isinstance(self.handlers, Mapping):
+            raise UsageError(f"agent {self.name!r}: handlers must map app event types to async functions")
+        known = None if self.contract is None else set(self.contract.events)
+        for event_type, handler in self.handlers.items():
+            if not isinstance(event_type, str) or not event_type or event_type.startswith(BUILTIN_PREFIX):
+                raise UsageError(
+                    f"agent {self.name!r}: handlers[{event_type!r}]: handlers take app event types "
+                    f"(e.g. 'ticket.flagged'), never a built-in {BUILTIN_PREFIX!r} type"
+                )
+            if known is not None and event_type not in known:
+                raise UsageError(
+                    f"agent {self.name!r}: handlers[{event_type!r}]: the contract has no such event type "
+                    f"(its types: {', '.join(sorted(known)) or 'none'})"
+                )
+            if not inspect.iscoroutinefunction(handler):
+                raise UsageError(
+                    f"agent {self.name!r}: handlers[{event_type!r}] must be an async function "
+                    "(async def handler(context): ...)"
+                )
+        object.__setattr__(self, "handlers", dict(self.handlers))
 
     # -- resolution, per step ------------------------------------------------------------------
 

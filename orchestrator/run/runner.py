@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
+from orchestrator.core import event_types as ai
 from orchestrator.core._json import JsonObject
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.approvals import split_nested
@@ -38,6 +39,7 @@ from orchestrator.core.recovery import recover
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
+from orchestrator.run.handlers import Handlers
 from orchestrator.run.ledger import TurnLedger
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.nested import NestedInbox, respond_nested
@@ -101,6 +103,7 @@ class SessionRunner:
         me = cast("SessionRunner", weakref.proxy(self))
         self._steps = Steps(me)
         self._calls = ToolCalls(me)
+        self._handlers = Handlers(me, agent.handlers)
         self._driving = False
         self._again = False
         self._closed = False
@@ -141,6 +144,7 @@ class SessionRunner:
         events = recover(self.log.state, partial(recovery_policy, self.agent))
         if events:
             await self._append(events)
+        self._handlers.start_due(self.log.state)  # at least once: a crash left these unfinished
         self._kick()
 
     # -- the one way anything changes ----------------------------------------------------------
@@ -200,19 +204,26 @@ class SessionRunner:
         staged: list[Applied] = []
         state = log.state
 
+        starts: list[Callable[[], None]] = []
+
         def add(new: Sequence[Event]) -> None:
             nonlocal state
             for event in new:
                 if stale(state, event):
                     continue  # a late part or end of a step that was stopped or superseded: dropped
+                if event.type == ai.DECIDED:  # a stop ends its running report calls as interrupted first
+                    add(self._calls.cut_by_stop(event, state))
                 stamped = log.stamp(event, len(batch), now)
                 folded = log.fold([stamped], state)[0]
                 batch.append(stamped)
                 staged.append(folded)
                 state = folded.state
+                scheduled = self._handlers.schedule(stamped)
+                if scheduled is not None:  # its handler runs once this batch is durable
+                    add([scheduled])
+                    starts.append(partial(self._handlers.start, state.due_handlers[stamped.id], stamped))
 
         add(events)
-        starts: list[Callable[[], None]] = []
         early: list[Callable[[AIState], StepWork]] = []
         cancel: str | None = None
         claimed: set[str] = set()
@@ -461,8 +472,11 @@ class SessionRunner:
         return await self.wait_for(lambda s: next_effect(s, self.limits) is None and not self._busy_now(), timeout)
 
     def _busy_now(self) -> bool:
-        """Whether a model step or a tool call runs in this process now."""
-        return self._steps.current is not None or bool(self._calls.running)
+        """Whether a model step, a tool call or an app-event handler runs in this process now.
+
+        A running handler keeps the session active: deactivating it would cut the handler off.
+        """
+        return self._steps.current is not None or bool(self._calls.running) or bool(self._handlers.running)
 
     async def close(self) -> None:
         """Stop this process's work (the log keeps everything; ``open`` recovers it)."""
@@ -476,6 +490,7 @@ class SessionRunner:
         for task in list(self._background):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self._handlers.close()
         self.listeners.clear()  # a host's listener holds the session it serves: no cycle once closed
 
     # -- sub-agents --------------------------------------------------------------------------------

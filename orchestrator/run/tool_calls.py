@@ -25,6 +25,7 @@ from orchestrator.core.events import Event
 from orchestrator.core.fold import INTERRUPTED
 from orchestrator.core.ids import approval_id, child_session_id
 from orchestrator.core.parts import ToolPart
+from orchestrator.core.payloads import Decided, ToolFailed, TurnStop
 from orchestrator.core.recovery import REATTACH
 from orchestrator.core.stream import ToolResult
 from orchestrator.core.wire import part_to_wire
@@ -117,14 +118,34 @@ class ToolCalls:
             if reason == "paused" and (work.child is not None or policy(work.name) == "rerun"):
                 events.append(Event("", ai.TOOL_RESET, {"callId": work.call_id, "reason": reason}))
             elif policy(work.name) == "report":
-                events.append(
-                    Event("", ai.TOOL_FAILED, {"callId": work.call_id, "error": INTERRUPTED, "code": "interrupted"})
-                )
+                events.append(_interrupted(work.call_id))
             else:
                 events.append(
                     Event("", ai.TOOL_FAILED, {"callId": work.call_id, "error": "Cancelled.", "code": "cancelled"})
                 )
         return events
+
+    def cut_by_stop(self, event: Event, state: AIState) -> list[Event]:
+        """The events that end the ``report`` calls a stop about to apply cuts short.
+
+        The stop's decision (``event``) ends the turn, and the fold cancels its open calls with
+        "Cancelled by the user."; Retry then drops a cancelled call, so the model might run it
+        again. A running ``report`` call gets its interrupted result first instead (seed,
+        Delivery: Stop is named with crash for report tools), which Retry keeps.
+        """
+        data = event.data
+        if not isinstance(data, Decided) or data.outcome != "applied" or state.active is None:
+            return []
+        if not isinstance(state.pending.get(data.command_id), TurnStop):
+            return []
+        turn = state.active.id
+        return [
+            _interrupted(record.id)
+            for record in state.tools.values()
+            if record.turn_id == turn
+            and record.status == "running"
+            and recovery_policy(self.host.agent, record.name) == "report"
+        ]
 
     def prepare(self, record: ToolRecord, state: AIState) -> tuple[list[Event], Callable[[], None] | None]:
         """The events that start (or settle) a tool call, and how to start its task.
@@ -180,7 +201,11 @@ class ToolCalls:
         try:
             await work
         except ToolError as error:
-            await self._fail_tool(record.id, error.message, error.code)
+            if error.code == "timeout" and recovery_policy(self.host.agent, record.name) == "report":
+                # The function may still be running (a thread cannot be cut): say so, like a crash.
+                await self._fail_tool(record.id, f"{error.message}. {INTERRUPTED}", "interrupted")
+            else:
+                await self._fail_tool(record.id, error.message, error.code)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # a bug in the runtime must not leave the call pending forever
@@ -289,6 +314,11 @@ def _arguments(state: AIState, call_id: str) -> JsonValue:
             if type(part) is ToolPart and part.id == call_id:
                 return part.input
     return None
+
+
+def _interrupted(call_id: str) -> Event:
+    """A ``report`` call cut short: the model learns it may have partly run (it is not run again)."""
+    return Event("", ai.TOOL_FAILED, data=ToolFailed(call_id, INTERRUPTED, "interrupted"))
 
 
 def _failed(call_id: str, message: str, code: str | None = None) -> Event:

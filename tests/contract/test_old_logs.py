@@ -65,7 +65,11 @@ async def test_an_old_log_folds_to_the_state_it_folded_to_before(store: EventSto
     assert [e.payload for e in stored] == [e["payload"] for e in raw]  # stored as written
     state = fold_events(stored)
     assert state_to_wire(state.session) == fixture["messages"]
-    assert _summary(state) == fixture["state"]
+    summary, recorded = _summary(state), fixture["state"]
+    # A field AIState gained after the fixture was recorded (due_handlers) folds an old log to its default.
+    added = set(summary) - set(recorded)
+    assert {k: summary[k] for k in added} == {k: _dump(getattr(AIState(), k)) for k in added}
+    assert {k: v for k, v in summary.items() if k not in added} == recorded
 
 
 @pytest.mark.parametrize("name", ["log_v1_runner", "log_v1_every_type"])

@@ -3,7 +3,8 @@
 Agents may name sub-agents defined anywhere in the same file; ``Builder`` builds each once,
 depth first, and refuses a cycle with the chain that makes it. A ``tools:`` entry is a registered
 name, a ``package.module:attribute`` import path, or ``{tool: ..., timeout: ...}`` to set a
-single ``@tool``'s policies for this config.
+single ``@tool``'s policies for this config. ``handlers:`` maps app event types to the
+``package.module:function`` of an async handler (``Agent.handlers``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from tools.tool import Tool
 
 __all__ = ["Builder", "OverriddenTool"]
 
-_AGENT_KEYS: Final = tuple("name instructions model tools agents max_steps compaction settings description".split())
+_AGENT_KEYS: Final = tuple(
+    "name instructions model tools agents max_steps compaction settings description handlers".split()
+)
 _TOOL_KEYS: Final = ("tool", "recovery", "needs_approval", "timeout")
 
 
@@ -129,6 +132,7 @@ class Builder:
             doc.fail(key_path(at, "settings"), "settings must be a mapping", "e.g. settings: {temperature: 0.2}")
         # Checked before Agent() so that its message is not wrapped in "invalid agent" below.
         settings_json = cast(dict[str, JsonValue], doc.json(settings or {}, key_path(at, "settings")))
+        handlers = self._handlers(body.get("handlers"), key_path(at, "handlers"))
         try:
             agent = Agent(
                 name=name,
@@ -147,11 +151,26 @@ class Builder:
                 settings=settings_json,
                 description=doc.optional_string(body.get("description"), key_path(at, "description"), "description")
                 or "",
+                handlers=handlers,
             )
         except UsageError as error:
             doc.fail(at, f"invalid agent {name!r}: {error.message}")
         self.built[name] = agent
         return agent
+
+    def _handlers(self, value: Any, at: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        example = "e.g. handlers: {ticket.flagged: desk.handlers:notify}"
+        if not isinstance(value, dict):
+            self.doc.fail(at, f"handlers must map app event types to handlers, not {kind_of(value)}", example)
+        handlers: dict[str, Any] = {}
+        for event_type, ref in value.items():
+            ref_at = key_path(at, str(event_type))
+            if not isinstance(ref, str):
+                self.doc.fail(ref_at, f"a handler is an import path, not {kind_of(ref)}", example)
+            handlers[str(event_type)] = import_attribute(self.doc, ref, ref_at, "handler")
+        return handlers
 
     def _compaction(self, value: Any, at: str) -> Compaction | bool:
         doc = self.doc

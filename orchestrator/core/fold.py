@@ -4,6 +4,11 @@
 is no longer current, a decision for an unknown command) leaves the state as it was. It also
 returns the session-reducer actions it applied, which is what subscribers and a parent session
 see of this session's conversation.
+
+Kept together because it is one ``match`` over every built-in payload type, with the commands'
+effects beside the lifecycle they interleave with (a stop ends a turn the same way a finish
+does): split by event family, the ``assert_never`` that makes a new event type a type error
+would have to be repeated per module, and the shared turn-ending helpers would cross modules.
 """
 
 from __future__ import annotations

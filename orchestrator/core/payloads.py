@@ -17,6 +17,10 @@ dict when it is ``None``, unless it is listed in ``_KEEP_NULL`` (today's logs wr
 ``null``). From that table come ``payload_to_wire`` (encode), ``payload_from_wire`` (the
 trusted fast decoder, for replay) and, through the one ``PAYLOAD_ADAPTER``, ``parse_payload``
 (the validating decoder, for a payload from outside: it names the bad field).
+
+Kept together because this module is the schema of the log: every payload type, the one union
+and the tables derived from it at import. A type apart from its table, or from the union the
+fold matches on, is how a stored shape drifts; the length is one short dataclass per event type.
 """
 
 from __future__ import annotations

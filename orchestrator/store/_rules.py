@@ -99,3 +99,37 @@ def conflict(session_id: str, expected: int, actual: int) -> ConcurrencyConflict
         expected,
         actual,
     )
+
+
+def id_range(prefix: str | None, after: str | None, mark: str) -> tuple[list[str], list[object]]:
+    """The ``WHERE`` clauses and parameters that list sessions under ``prefix``, after ``after``.
+
+    A range on the unique index, not ``LIKE``: ``LIKE`` is case-insensitive in SQLite, treats
+    ``%`` and ``_`` as wildcards, and cannot use the index. Both backends compare ids in code
+    point order (SQLite's UTF-8 bytes; PostgreSQL's ``COLLATE "C"``). ``mark`` is the driver's
+    placeholder (``?`` or ``%s``).
+    """
+    where: list[str] = []
+    params: list[object] = []
+    if prefix:
+        where.append(f"session_id >= {mark}")
+        params.append(prefix)
+        upper = prefix_end(prefix)
+        if upper is not None:
+            where.append(f"session_id < {mark}")
+            params.append(upper)
+    if after is not None:
+        where.append(f"session_id > {mark}")
+        params.append(after)
+    return where, params
+
+
+def prefix_end(prefix: str) -> str | None:
+    """The least string greater than every string that starts with ``prefix`` (None: no bound)."""
+    stripped = prefix.rstrip("\U0010ffff")
+    if not stripped:
+        return None
+    following = ord(stripped[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:  # surrogates cannot be stored; skip to the next scalar value
+        following = 0xE000
+    return stripped[:-1] + chr(following)

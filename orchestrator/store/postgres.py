@@ -22,7 +22,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 from orchestrator.core.errors import StoreError
 from orchestrator.core.events import AppendResult, Event
@@ -31,6 +31,7 @@ from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._pg_engine import Connection, Engine
 from orchestrator.store._pg_follow import Listener
 from orchestrator.store._pg_write import GroupWriter, Outcome
+from orchestrator.store._rules import id_range
 from orchestrator.store._urls import describe_url
 from orchestrator.store._validate import (
     check_after,
@@ -42,7 +43,6 @@ from orchestrator.store._validate import (
     prepare_batch,
 )
 from orchestrator.store.base import AppendBatch, SessionSummary, Snapshot
-from orchestrator.store.sqlite import _prefix_end
 
 __all__ = ["PostgresStore"]
 
@@ -210,19 +210,8 @@ class PostgresStore:
         """Sessions in id order (code points: the column is ``COLLATE "C"``), under ``prefix``."""
         check_listing(prefix, after, limit)
         self._check_open()
-        where = ["last_index > 0"]  # a row a refused first batch created is no session yet
-        params: list[Any] = []
-        if prefix:
-            # A range on the unique index, not LIKE (wildcards, and no index use).
-            where.append("session_id >= %s")
-            params.append(prefix)
-            upper = _prefix_end(prefix)
-            if upper is not None:
-                where.append("session_id < %s")
-                params.append(upper)
-        if after is not None:
-            where.append("session_id > %s")
-            params.append(after)
+        where, params = id_range(prefix, after, "%s")
+        where.insert(0, "last_index > 0")  # a row a refused first batch created is no session yet
         params.append(limit)
         sql = (
             "SELECT session_id, last_index, created_at, updated_at FROM troupe_sessions "

@@ -28,7 +28,7 @@ from orchestrator.core.events import AppendResult, Event
 from orchestrator.core.ids import derived_event_prefix
 from orchestrator.store._codec import compress, decode
 from orchestrator.store._fork import fork_by_copy
-from orchestrator.store._rules import StoredEvent, conflict, replay_result
+from orchestrator.store._rules import StoredEvent, conflict, id_range, replay_result
 from orchestrator.store._sqlite_schema import connect_reader, connect_writer, stores_derived_ids
 from orchestrator.store._validate import (
     PreparedBatch,
@@ -306,21 +306,7 @@ class SqliteStore:
     ) -> list[SessionSummary]:
         """Sessions in id order, under ``prefix``, after the cursor ``after``."""
         check_listing(prefix, after, limit)
-        where: list[str] = []
-        params: list[object] = []
-        if prefix:
-            # A range on the unique index, not LIKE: LIKE is case-insensitive, treats % and _ as
-            # wildcards, and cannot use the index. TEXT compares as UTF-8 bytes, which orders
-            # like Python's code point order.
-            where.append("session_id >= ?")
-            params.append(prefix)
-            upper = _prefix_end(prefix)
-            if upper is not None:
-                where.append("session_id < ?")
-                params.append(upper)
-        if after is not None:
-            where.append("session_id > ?")
-            params.append(after)
+        where, params = id_range(prefix, after, "?")
         sql = "SELECT session_id, last_index, created_at, updated_at FROM sessions"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -449,14 +435,3 @@ def _stored(conn: sqlite3.Connection, batch: PreparedBatch) -> dict[str, StoredE
         for event_id, session_id, idx, kind, blob in rows:
             found[event_id] = StoredEvent(session_id, idx, kind, blob)
     return found
-
-
-def _prefix_end(prefix: str) -> str | None:
-    """The least string greater than every string that starts with ``prefix`` (None: no bound)."""
-    stripped = prefix.rstrip("\U0010ffff")
-    if not stripped:
-        return None
-    following = ord(stripped[-1]) + 1
-    if 0xD800 <= following <= 0xDFFF:  # surrogates cannot be stored; skip to the next scalar value
-        following = 0xE000
-    return stripped[:-1] + chr(following)

@@ -22,6 +22,7 @@ __all__ = [
     "child_session_id",
     "command_id",
     "derived_event_id",
+    "derived_event_position",
     "derived_event_prefix",
     "fork_event_id",
     "handler_scheduled_id",
@@ -108,6 +109,19 @@ def derived_event_prefix(session_id: str) -> str:
 def derived_event_id(session_id: str, index: int) -> str:
     """The id of a server event written without one: retrying the same batch replays it."""
     return f"{derived_event_prefix(session_id)}{index}"
+
+
+def derived_event_position(event_id: str) -> tuple[str, int] | None:
+    """The (session, index) a derived id names (``troupe:<session>#<index>``), else ``None``.
+
+    A store that keeps derived ids as ``NULL`` looks an id like this up by its position.
+    """
+    if not event_id.startswith(RESERVED_ID_PREFIX):
+        return None
+    session_id, sep, number = event_id[len(RESERVED_ID_PREFIX) :].rpartition("#")
+    if not sep or not session_id or not number.isdigit():
+        return None
+    return session_id, int(number)
 
 
 FORK_ID_PREFIX: Final = f"{RESERVED_ID_PREFIX}fork:"

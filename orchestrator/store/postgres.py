@@ -26,6 +26,7 @@ from typing import Final
 
 from orchestrator.core.errors import StoreError
 from orchestrator.core.events import AppendResult, Event
+from orchestrator.core.ids import derived_event_prefix
 from orchestrator.store._codec import decode
 from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._pg_engine import Connection, Engine
@@ -185,8 +186,9 @@ class PostgresStore:
 
         async def select(conn: Connection) -> list[Event]:
             cursor = await conn.execute(_SELECT_EVENTS, (sid, start, count), binary=True)
+            derived = derived_event_prefix(sid)
             return [
-                Event(event_id, kind, decode(bytes(blob)), at, sid, idx)
+                Event(event_id or f"{derived}{idx}", kind, decode(bytes(blob)), at, sid, idx)
                 for idx, event_id, kind, at, blob in await cursor.fetchall()
             ]
 

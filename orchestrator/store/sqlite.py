@@ -25,7 +25,7 @@ from typing import Final, TypeVar
 
 from orchestrator.core.errors import StoreError, UsageError
 from orchestrator.core.events import AppendResult, Event
-from orchestrator.core.ids import derived_event_prefix
+from orchestrator.core.ids import derived_event_position, derived_event_prefix
 from orchestrator.store._codec import compress, decode
 from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._rules import StoredEvent, conflict, id_range, replay_result
@@ -386,13 +386,9 @@ def _open_writer(path: str, busy_timeout: float) -> sqlite3.Connection:
 
 
 def _derived_index(event_id: str, session_id: str) -> int | None:
-    """The index a derived id (``troupe:<session>#<index>``) names, else ``None``."""
-    prefix = derived_event_prefix(session_id)
-    if event_id.startswith(prefix):
-        number = event_id[len(prefix) :]
-        if number.isdigit():
-            return int(number)
-    return None
+    """The index a derived id of ``session_id`` (``troupe:<session>#<index>``) names, else ``None``."""
+    position = derived_event_position(event_id)
+    return position[1] if position is not None and position[0] == session_id else None
 
 
 def _moved_derived_ids(conn: sqlite3.Connection, sid: int, last: int, batch: PreparedBatch) -> bool:

@@ -33,6 +33,7 @@ from actors.ray_cluster import RAY_PICKLE, RayCluster
 from actors.ray_transport import RayTransport
 from actors.registry import agent_blob
 from actors.router import Router
+from actors.store_feed import FOLLOW_MODES
 from actors.supervisor import Supervisor
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
@@ -78,6 +79,7 @@ class Runtime(BaseRuntime):
         children: Literal["spread", "local"] = "local",
         warm: int = 2,
         sqlite_writer: Literal["thread", "inline"] = "inline",
+        follow: Literal["hosts", "store"] = "hosts",
         ray_options: dict[str, Any] | None = None,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
@@ -100,6 +102,9 @@ class Runtime(BaseRuntime):
         if sqlite_writer not in ("thread", "inline"):
             raise UsageError(f"sqlite_writer must be 'thread' or 'inline', not {sqlite_writer!r}")
         self.sqlite_writer = sqlite_writer
+        if follow not in FOLLOW_MODES:
+            raise UsageError(f"follow must be 'hosts' or 'store', not {follow!r}")
+        self.follow = follow
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.host_names: list[str] = []

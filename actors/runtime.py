@@ -139,11 +139,19 @@ class Runtime(BaseRuntime):
         detached = self.address is not None
         nodes = [n for n in _nodes() if n.get("Alive")]
         per_node = self.hosts_per_node or max(2, int(min(n["Resources"].get("CPU", 1) for n in nodes)))
-        names: list[tuple[str, str]] = []
+        names: list[tuple[str, str | None]] = []
         if self.placement == "pooled":
             for node in nodes:
                 for i in range(per_node):
                     names.append((host_name(node["NodeID"], i), node["NodeID"]))
+            known = _actor(SUPERVISOR_NAME, self.namespace)
+            if known is not None:
+                # A driver joining a namespace that runs already routes over the hosts the others
+                # route over (the supervisor's list), not over the nodes alive now: after a node was
+                # lost, its hosts live on elsewhere under their old names, and a session must not be
+                # activated on two hosts at once.
+                hosts: list[str] = (await known.info.remote())["hosts"]
+                names = [(name, None) for name in hosts]
         self.host_names = [n for n, _ in names]
         self._options = HostOptions(
             store=self.store_url,

@@ -131,7 +131,13 @@ class Runtime(BaseRuntime):
         return self
 
     async def start(self) -> None:
-        """Start or join Ray, then create (or find) the hosts and the supervisor."""
+        """Start or join Ray, then create (or find) the hosts and the supervisor.
+
+        Raises:
+            StoreError: the store cannot be reached (checked first, before anything starts: one
+                clear error naming the URL, rather than every host failing later).
+        """
+        await self.store.list_sessions(limit=1)
         if not ray.is_initialized():
             options = {"include_dashboard": False, "log_to_driver": False, **self.ray_options}
             ray.init(address=self.address, namespace=self.namespace, **options)

@@ -55,6 +55,11 @@ _UPSERT_SNAPSHOT: Final = (
     "INSERT INTO troupe_snapshots (session_id, reducer, idx, data) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (session_id, reducer) DO UPDATE SET idx = excluded.idx, data = excluded.data"
 )
+_SIZE: Final = (
+    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class AS c "
+    "WHERE c.relkind = 'r' AND c.relname IN ('troupe_sessions', 'troupe_events', 'troupe_snapshots') "
+    "AND pg_table_is_visible(c.oid)"
+)
 _FOLLOW_PAGE: Final = 1000
 """Events per read while following: a follower far behind catches up in pages."""
 
@@ -242,6 +247,17 @@ class PostgresStore:
             return None if row is None else Snapshot(int(row[0]), bytes(row[1]))
 
         return await self._engine.call(self._engine.run("loading a snapshot", select))
+
+    async def stored_bytes(self) -> int:
+        """Bytes Troupe's tables take in the database: rows, indexes and TOAST (in 8 KB pages)."""
+        self._check_open()
+
+        async def select(conn: Connection) -> int:
+            cursor = await conn.execute(_SIZE)
+            row = await cursor.fetchone()
+            return 0 if row is None else int(row[0])
+
+        return await self._engine.call(self._engine.run("measuring the tables", select))
 
     async def follow(self, session_id: str, after: int = 0) -> AsyncGenerator[Event, None]:
         """The session's events with index > ``after``, then each new one as it commits (forever).

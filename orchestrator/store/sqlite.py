@@ -273,6 +273,11 @@ class SqliteStore:
             if hook is not None:
                 hook(self._rows_inserted)
 
+    async def stored_bytes(self) -> int:
+        """Bytes the store takes on disk: the file, indexes included, after a WAL checkpoint."""
+        self._check_open()
+        return await asyncio.to_thread(_checkpointed_size, self._path)
+
     # -- reads -------------------------------------------------------------------------------
 
     async def read(self, session_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
@@ -378,6 +383,17 @@ class SqliteStore:
     def _check_open(self) -> None:
         if self._closed:
             raise self._writer.closed_error()
+
+
+def _checkpointed_size(path: str) -> int:
+    """The file's size once the WAL is folded into it (what the data takes, not the WAL's history)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    wal = f"{path}-wal"
+    return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
 
 
 def _open_writer(path: str, busy_timeout: float) -> sqlite3.Connection:

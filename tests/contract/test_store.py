@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
-import os
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
@@ -799,7 +798,7 @@ async def test_large_payloads_are_stored_deflated(sqlite_store: SqliteStore) -> 
 
 
 async def test_a_three_turn_session_takes_well_under_30_kb(tmp_path: Path) -> None:
-    per_session = await measure_session_bytes(os.fspath(tmp_path / "size.db"), sessions=50)
+    per_session = await measure_session_bytes(f"sqlite:///{tmp_path / 'size.db'}", sessions=50)
     assert per_session < 20_000, per_session
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "logical_event_id",
     "new_id",
     "reply_id",
+    "root_session_id",
     "step_id",
     "task_input_id",
 ]
@@ -78,6 +79,11 @@ def handler_scheduled_id(event_id: str) -> str:
 def child_session_id(parent_id: str, call_id: str) -> str:
     """The session id of the sub-agent that delegate call ``call_id`` of ``parent_id`` runs."""
     return f"{parent_id}{CHILD_SEPARATOR}{call_id}"
+
+
+def root_session_id(session_id: str) -> str:
+    """The root session of a sub-agent's session (``parent/call/call`` -> ``parent``); a root is its own."""
+    return session_id.split(CHILD_SEPARATOR, 1)[0]
 
 
 def task_input_id(child_id: str) -> str:

@@ -24,12 +24,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orchestrator.core._json import MAX_JSON_DEPTH
 from orchestrator.core.errors import ParseError, PartialDuplicateBatch, UsageError
 
-__all__ = ["RESERVED", "ApiError", "BodyLimit", "ErrorBody", "ErrorDetail", "error_response", "install_handlers"]
+__all__ = [
+    "NOT_STORABLE",
+    "RESERVED",
+    "ApiError",
+    "BodyLimit",
+    "ErrorBody",
+    "ErrorDetail",
+    "error_response",
+    "install_handlers",
+]
 
 RESERVED = "reserved"
 """The pydantic error type of a reserved name (such errors are a 400, not a 422)."""
+NOT_STORABLE = "not_storable"
+"""The pydantic error type of a value the log cannot hold; its context names the field (``events[0].payload.n``)."""
 
 
 class ErrorDetail(BaseModel):
@@ -99,11 +111,26 @@ def _validation_response(error: RequestValidationError) -> JSONResponse:
         field = "body"
     elif kind == "missing":
         message = f"{field} is required"
+    elif kind == NOT_STORABLE:
+        field = str(first.get("ctx", {}).get("field", field))
+        message = str(first.get("msg", field))
     elif kind == "extra_forbidden":
         message = f"{field} is not a field of this request; remove it or fix its spelling"
     else:
         message = f"{field}: {first.get('msg', 'invalid')}"
     return error_response(400 if reserved else 422, message, field)
+
+
+def _unreadable_body(cause: BaseException | None) -> str | None:
+    """What made a JSON body unreadable, when ``json.loads`` failed on something other than syntax."""
+    if isinstance(cause, UnicodeDecodeError):
+        return (
+            f"the body is not valid UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start}); "
+            "send JSON encoded as UTF-8"
+        )
+    if isinstance(cause, RecursionError):
+        return f"the body is nested too deeply to parse; JSON values may nest at most {MAX_JSON_DEPTH} levels"
+    return None
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -133,6 +160,9 @@ def install_handlers(app: FastAPI) -> None:
 
     async def on_http(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
+        unreadable = _unreadable_body(error.__cause__)
+        if unreadable is not None:  # FastAPI's "There was an error parsing the body", said exactly
+            return error_response(422, unreadable, "body")
         field = "body" if error.status_code == 413 else None
         return error_response(error.status_code, str(error.detail), field)
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from orchestrator.core._json import json_problem
 from orchestrator.core.events import BUILTIN_PREFIX, RESERVED_ID_PREFIX
-from orchestrator.surfaces.http.errors import RESERVED
+from orchestrator.surfaces.http.errors import NOT_STORABLE, RESERVED
 
 __all__ = [
     "ChatRequest",
@@ -49,6 +50,8 @@ MAX_TEXT = 1_000_000
 
 
 def _not_reserved(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("contains a NUL character (U+0000), which no id may hold; remove it")
     if value.startswith(RESERVED_ID_PREFIX):
         raise PydanticCustomError(
             RESERVED,
@@ -62,6 +65,8 @@ def _not_reserved(value: str) -> str:
 def _not_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty or only whitespace; send some text")
+    if "\x00" in value:
+        raise ValueError("contains a NUL character (U+0000), which is never text; remove it")
     return value
 
 
@@ -82,8 +87,27 @@ Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT), AfterValidator(_
 Role = Literal["user", "assistant", "system"]
 
 
+def _storable(data: Any) -> Any:
+    """Refuse a body holding what the log cannot (``2**64``, a lone surrogate, deep nesting), naming where.
+
+    ``json.loads`` accepts those, and pydantic's ``JsonValue`` and ``Any`` fields pass them on, so
+    the one JSON-value check (``json_problem``) runs over the whole body first: anything it would
+    refuse at the store is a 422 before a command is decided.
+    """
+    problem = json_problem(data, "")
+    if problem is None:
+        return data
+    field = problem.path.removeprefix(".") or "body"
+    raise PydanticCustomError(NOT_STORABLE, "{field} {what}", {"field": field, "what": problem.what})
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_body(cls, data: Any) -> Any:
+        return _storable(data)
 
 
 class _Out(BaseModel):
@@ -421,6 +445,11 @@ class ChatRequest(BaseModel):
             ]
         },
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_body(cls, data: Any) -> Any:
+        return _storable(data)
 
     id: str = Field(min_length=1, max_length=128)
     messages: list[UIMessageBody] = Field(default_factory=list)

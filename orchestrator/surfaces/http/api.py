@@ -83,11 +83,18 @@ def receipt_body(receipt: Receipt | None) -> ReceiptBody | None:
 
 def _receipt(receipt: Receipt | None) -> ReceiptBody:
     if receipt is not None and receipt.reason == "PARTIAL_DUPLICATE_BATCH":
-        raise ApiError(409, duplicate_message(receipt.command_id), "id")
+        raise _reused(receipt)
     body = receipt_body(receipt)
     if body is None:  # every command but stop writes one
         raise ApiError(500, "the command produced no receipt")
     return body
+
+
+def _reused(receipt: Receipt) -> ApiError:
+    """The 409 for an id used before (in another session, or here with other content), with the receipt."""
+    body = receipt_body(receipt)
+    assert body is not None
+    return ApiError(409, duplicate_message(receipt.command_id), "id", body.model_dump(mode="json", by_alias=True))
 
 
 def session_router(ctx: Context) -> APIRouter:
@@ -146,7 +153,10 @@ def session_router(ctx: Context) -> APIRouter:
         "/{session_id}/prompt",
         response_model=PromptResult,
         summary="Send a user message (and wait for its turn)",
-        responses={202: {"model": PromptResult, "description": "`wait` timed out: the turn is still running."}},
+        responses={
+            202: {"model": PromptResult, "description": "`wait` timed out: the turn is still running."},
+            409: {"model": ErrorBody, "description": "The id is already used (another session, or other text)."},
+        },
     )
     async def prompt(session: Owned, body: PromptRequest, response: Response) -> PromptResult:
         """Send a user message; with ``wait``, respond once its turn has ended."""
@@ -154,8 +164,12 @@ def session_router(ctx: Context) -> APIRouter:
         input_id = body.id or f"msg-{uuid.uuid4().hex}"
         if not body.wait:
             receipt = await session.send(body.text, id=input_id)
-            return PromptResult(input_id=input_id, receipt=receipt_body(receipt))
+            return PromptResult(input_id=input_id, receipt=_receipt(receipt))
         turn = await session.prompt(body.text, id=input_id)
+        if turn.receipt is not None and turn.receipt.outcome == "rejected":
+            # Only a reused id rejects an input (in another session, or here with other text):
+            # its turn is not this request's to wait for or to report.
+            raise _reused(turn.receipt)
         try:
             result = await asyncio.wait_for(asyncio.shield(turn.finished), body.timeout)
         except TimeoutError:

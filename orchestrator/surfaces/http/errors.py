@@ -62,21 +62,34 @@ class ErrorBody(BaseModel):
     )
 
     error: ErrorDetail
+    receipt: dict[str, Any] | None = Field(
+        default=None,
+        description="Only on a 409 for a reused input or command id: the command's receipt "
+        '(`{commandId, outcome: "rejected", reason}`); absent otherwise.',
+    )
 
 
 class ApiError(Exception):
-    """An error response: ``status``, ``message`` and the offending ``field``."""
+    """An error response: ``status``, ``message``, the offending ``field`` and, for a refused command, its receipt."""
 
-    def __init__(self, status: int, message: str, field: str | None = None) -> None:
-        super().__init__(status, message, field)
+    def __init__(
+        self, status: int, message: str, field: str | None = None, receipt: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(status, message, field, receipt)
         self.status = status
         self.message = message
         self.field = field
+        self.receipt = receipt
 
 
-def error_response(status: int, message: str, field: str | None = None, **headers: str) -> JSONResponse:
-    """The JSON error response."""
-    return JSONResponse({"error": {"message": message, "field": field}}, status_code=status, headers=headers or None)
+def error_response(
+    status: int, message: str, field: str | None = None, receipt: dict[str, Any] | None = None, **headers: str
+) -> JSONResponse:
+    """The JSON error response (``receipt`` only when a command was refused: a 409)."""
+    body: dict[str, Any] = {"error": {"message": message, "field": field}}
+    if receipt is not None:
+        body["receipt"] = receipt
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def duplicate_message(event_id: str) -> str:
@@ -139,7 +152,7 @@ def install_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, ApiError)
         headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else {}
-        return error_response(error.status, error.message, error.field, **headers)
+        return error_response(error.status, error.message, error.field, error.receipt, **headers)
 
     async def on_validation(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)

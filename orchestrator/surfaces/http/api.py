@@ -48,7 +48,7 @@ from orchestrator.surfaces.http.models import (
     StopRequest,
     StopResult,
 )
-from orchestrator.surfaces.http.sse import EventStream, session_events
+from orchestrator.surfaces.http.sse import EventStream, session_events, sse_event_schema
 from orchestrator.surfaces.http.state import state_json
 
 if TYPE_CHECKING:
@@ -65,6 +65,16 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "The body is too large."},
     422: {"model": ErrorBody, "description": "The body does not validate; `field` names the problem."},
 }
+
+_COMMAND: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorBody, "description": "The contract's `authorize` hook refused the command."},
+    409: {
+        "model": ErrorBody,
+        "description": "The id is already used (in another session, or here with other content); "
+        "`receipt` is the rejection.",
+    },
+}
+"""What every command may answer besides the router's errors."""
 
 SSE_EXAMPLE = (
     'event: snapshot\nid: 3\ndata: {"index":3,"state":{"messages":[],"status":"idle"}}\n\n'
@@ -143,7 +153,7 @@ def session_router(ctx: Context) -> APIRouter:
 
     # -- commands -----------------------------------------------------------------------------------
 
-    @router.post("/{session_id}/messages", response_model=ReceiptBody, summary="Send an input")
+    @router.post("/{session_id}/messages", response_model=ReceiptBody, summary="Send an input", responses=_COMMAND)
     async def send(session: Owned, body: SendRequest) -> ReceiptBody:
         """Put an input in the durable inbox; it is admitted one at a time (idempotent by ``id``)."""
         ctx.authorize(session.id, "send")
@@ -154,8 +164,8 @@ def session_router(ctx: Context) -> APIRouter:
         response_model=PromptResult,
         summary="Send a user message (and wait for its turn)",
         responses={
+            **_COMMAND,
             202: {"model": PromptResult, "description": "`wait` timed out: the turn is still running."},
-            409: {"model": ErrorBody, "description": "The id is already used (another session, or other text)."},
         },
     )
     async def prompt(session: Owned, body: PromptRequest, response: Response) -> PromptResult:
@@ -186,7 +196,7 @@ def session_router(ctx: Context) -> APIRouter:
             turn_id=result.turn_id or None,
         )
 
-    @router.post("/{session_id}/stop", response_model=StopResult, summary="Stop the active turn")
+    @router.post("/{session_id}/stop", response_model=StopResult, summary="Stop the active turn", responses=_COMMAND)
     async def stop(session: Owned, body: Annotated[StopRequest | None, Body()] = None) -> StopResult:
         """End the turn ``turnId`` (default: the active one) now (``receipt`` is null when none was active)."""
         ctx.authorize(session.id, "stop")
@@ -196,14 +206,16 @@ def session_router(ctx: Context) -> APIRouter:
             receipt=receipt_body(result.receipt), cancelled_queued_prompts=result.cancelled_queued_prompts
         )
 
-    @router.post("/{session_id}/retry", response_model=ReceiptBody, summary="Retry")
+    @router.post("/{session_id}/retry", response_model=ReceiptBody, summary="Retry", responses=_COMMAND)
     async def retry(session: Owned, body: Annotated[RetryRequest | None, Body()] = None) -> ReceiptBody:
         """Resume from the last finished tool call (``nothing-to-retry`` when there is no user input)."""
         ctx.authorize(session.id, "retry")
         request = body or RetryRequest()
         return _receipt(await session.retry(turn_id=request.turn_id, id=request.command_id))
 
-    @router.post("/{session_id}/reset", response_model=ReceiptBody, summary="Start a new conversation")
+    @router.post(
+        "/{session_id}/reset", response_model=ReceiptBody, summary="Start a new conversation", responses=_COMMAND
+    )
     async def reset(session: Owned, body: Annotated[ResetRequest | None, Body()] = None) -> ReceiptBody:
         """Stop the active turn, then start a new conversation.
 
@@ -218,7 +230,7 @@ def session_router(ctx: Context) -> APIRouter:
         status_code=201,
         response_model=SessionForked,
         summary="Fork the session at a log index",
-        responses={409: {"model": ErrorBody, "description": "The new id is taken."}},
+        responses={**_COMMAND, 409: {"model": ErrorBody, "description": "The new id is taken."}},
     )
     async def fork(session: Owned, owner: Caller, body: ForkRequest) -> SessionForked:
         """A new session, owned by the caller, whose log is this one's events ``1..at``.
@@ -242,49 +254,60 @@ def session_router(ctx: Context) -> APIRouter:
             raise ApiError(400, error.message, "at") from error
         return SessionForked(id=new_id, source=session.id, at=body.at)
 
-    @router.post("/{session_id}/steer", response_model=ReceiptBody, summary="Steer the active turn")
+    @router.post("/{session_id}/steer", response_model=ReceiptBody, summary="Steer the active turn", responses=_COMMAND)
     async def steer(session: Owned, body: SteerRequest) -> ReceiptBody:
         """Redirect the turn the client saw after its current response and tools (sends when none is active)."""
         ctx.authorize(session.id, "steer")
         return _receipt(await session.steer(body.text, id=body.id, turn_id=body.turn_id))
 
-    @router.post("/{session_id}/queue/edit", response_model=ReceiptBody, summary="Edit a queued input")
+    @router.post(
+        "/{session_id}/queue/edit", response_model=ReceiptBody, summary="Edit a queued input", responses=_COMMAND
+    )
     async def queue_edit(session: Owned, body: EditRequest) -> ReceiptBody:
         """Replace a pending input's text (``not-pending`` / ``role-mismatch`` otherwise)."""
         ctx.authorize(session.id, "queue.edit")
         return _receipt(await session.queue.edit(body.input_id, body.text, role=body.role, id=body.command_id))
 
-    @router.post("/{session_id}/queue/move", response_model=ReceiptBody, summary="Move a queued input")
+    @router.post(
+        "/{session_id}/queue/move", response_model=ReceiptBody, summary="Move a queued input", responses=_COMMAND
+    )
     async def queue_move(session: Owned, body: MoveRequest) -> ReceiptBody:
         """Move a pending input before ``beforeId`` (null: to the end)."""
         ctx.authorize(session.id, "queue.move")
         return _receipt(await session.queue.move(body.input_id, body.before_id, id=body.command_id))
 
-    @router.post("/{session_id}/queue/remove", response_model=ReceiptBody, summary="Remove a queued input")
+    @router.post(
+        "/{session_id}/queue/remove", response_model=ReceiptBody, summary="Remove a queued input", responses=_COMMAND
+    )
     async def queue_remove(session: Owned, body: QueueRequest) -> ReceiptBody:
         """Remove a pending input."""
         ctx.authorize(session.id, "queue.remove")
         return _receipt(await session.queue.remove(body.input_id, id=body.command_id))
 
-    @router.post("/{session_id}/queue/send-now", response_model=ReceiptBody, summary="Send a queued input now")
+    @router.post(
+        "/{session_id}/queue/send-now",
+        response_model=ReceiptBody,
+        summary="Send a queued input now",
+        responses=_COMMAND,
+    )
     async def queue_send_now(session: Owned, body: SendNowRequest) -> ReceiptBody:
         """Hand a queued user input off to the active (or the observed) turn."""
         ctx.authorize(session.id, "queue.send-now")
         return _receipt(await session.queue.send_now(body.input_id, body.turn_id, id=body.command_id))
 
-    @router.post("/{session_id}/pause", response_model=ReceiptBody, summary="Pause")
+    @router.post("/{session_id}/pause", response_model=ReceiptBody, summary="Pause", responses=_COMMAND)
     async def pause(session: Owned, body: Annotated[PauseRequest | None, Body()] = None) -> ReceiptBody:
         """Close admission after the turn (``after-turn``) or now (``now`` also cancels current work)."""
         ctx.authorize(session.id, "pause")
         return _receipt(await session.pause((body or PauseRequest()).when))
 
-    @router.post("/{session_id}/resume", response_model=ReceiptBody, summary="Resume")
+    @router.post("/{session_id}/resume", response_model=ReceiptBody, summary="Resume", responses=_COMMAND)
     async def resume(session: Owned) -> ReceiptBody:
         """Reopen admission and resume retained work."""
         ctx.authorize(session.id, "resume")
         return _receipt(await session.resume())
 
-    @router.post("/{session_id}/respond", response_model=ReceiptBody, summary="Answer an approval")
+    @router.post("/{session_id}/respond", response_model=ReceiptBody, summary="Answer an approval", responses=_COMMAND)
     async def respond(session: Owned, body: RespondRequest) -> ReceiptBody:
         """Approve or deny a pending interaction (``not-pending`` when it is not waiting)."""
         ctx.authorize(session.id, "respond")
@@ -294,7 +317,7 @@ def session_router(ctx: Context) -> APIRouter:
         "/{session_id}/events",
         response_model=EventsPushed,
         summary="Push app events",
-        responses={403: {"model": ErrorBody, "description": "The contract's `authorize` hook refused."}},
+        responses=_COMMAND,
     )
     async def push(session: Owned, body: PushRequest) -> EventsPushed:
         """Append app events of the agent's contract (validated; the ``authorize`` hook decides)."""
@@ -374,7 +397,14 @@ def session_router(ctx: Context) -> APIRouter:
                 "then `mutations` (`{index, mutations}`), one per log index; the SSE `id` is the index. "
                 "Reconnect with `Last-Event-ID` (or `?after=`) to miss nothing and see nothing twice. "
                 "`: ping` comments every 15 s.",
-                "content": {"text/event-stream": {"schema": {"type": "string"}, "example": SSE_EXAMPLE}},
+                "content": {
+                    "text/event-stream": {
+                        "schema": sse_event_schema(
+                            ["snapshot", "mutations"], "JSON: `{index, state}` (snapshot) or `{index, mutations}`."
+                        ),
+                        "example": SSE_EXAMPLE,
+                    }
+                },
             }
         },
     )

@@ -92,7 +92,35 @@ def create_app(
     app.include_router(session_router(ctx))
     app.include_router(chat_router(ctx))
     app.state.troupe = ctx
+    document = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _streams_and_errors_typed(document())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _streams_and_errors_typed(doc: dict[str, Any]) -> dict[str, Any]:
+    """Say what a streaming route's responses really are.
+
+    FastAPI files every response of a route under the route's media type, so a streaming
+    route's JSON errors were documented as ``text/event-stream``: they are ``application/json``
+    (``ErrorBody``). The stream's own schema (one event, as OpenAPI 3.1 reads ``schema`` under
+    ``text/event-stream``) is the route's (``sse.sse_event_schema``).
+    """
+    for operations in doc.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                stream = content.get("text/event-stream")
+                if stream is None:
+                    continue
+                if not status.startswith("2"):
+                    content["application/json"] = content.pop("text/event-stream")
+    return doc
 
 
 async def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:

@@ -13,6 +13,7 @@ from orchestrator.core.contract import Operation
 from orchestrator.core.events import RESERVED_ID_PREFIX
 from orchestrator.run.agent import Agent
 from orchestrator.surfaces.http.errors import ApiError
+from orchestrator.surfaces.http.models import SESSION_ID_SCHEMA
 from orchestrator.surfaces.http.owners import Keys, Owners
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class Context:
         caller = self.caller()
 
         async def owned(
-            session_id: Annotated[str, Path(description="The session id.")],
+            session_id: Annotated[str, Path(description="The session id.", json_schema_extra=SESSION_ID_SCHEMA)],
             owner: Annotated[bytes, Depends(caller)],
         ) -> Session:
             check_session_id(session_id)

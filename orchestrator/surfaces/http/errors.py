@@ -14,7 +14,7 @@ field is at fault) and ``message`` says what is wrong and how to fix it. Bad inp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -83,7 +83,11 @@ class ApiError(Exception):
 
 
 def error_response(
-    status: int, message: str, field: str | None = None, receipt: dict[str, Any] | None = None, **headers: str
+    status: int,
+    message: str,
+    field: str | None = None,
+    receipt: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     """The JSON error response (``receipt`` only when a command was refused: a 409)."""
     body: dict[str, Any] = {"error": {"message": message, "field": field}}
@@ -152,7 +156,7 @@ def install_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, ApiError)
         headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else {}
-        return error_response(error.status, error.message, error.field, error.receipt, **headers)
+        return error_response(error.status, error.message, error.field, error.receipt, headers)
 
     async def on_validation(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
@@ -177,7 +181,8 @@ def install_handlers(app: FastAPI) -> None:
         if unreadable is not None:  # FastAPI's "There was an error parsing the body", said exactly
             return error_response(422, unreadable, "body")
         field = "body" if error.status_code == 413 else None
-        return error_response(error.status_code, str(error.detail), field)
+        # Keep the exception's headers: a 405 says which methods the path allows (``Allow``).
+        return error_response(error.status_code, str(error.detail), field, headers=error.headers)
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(PartialDuplicateBatch, on_duplicate)

@@ -19,6 +19,8 @@ from orchestrator.core.events import BUILTIN_PREFIX, RESERVED_ID_PREFIX
 from orchestrator.surfaces.http.errors import NOT_STORABLE, RESERVED
 
 __all__ = [
+    "SESSION_ID_PATTERN",
+    "SESSION_ID_SCHEMA",
     "ChatRequest",
     "CreateSession",
     "EditRequest",
@@ -47,6 +49,10 @@ __all__ = [
 ]
 
 MAX_TEXT = 1_000_000
+SESSION_ID_PATTERN = "^[A-Za-z0-9._:@-]{1,128}$"
+"""The session ids a client may choose, as the OpenAPI document says it (``troupe:...`` ones are a 400)."""
+SESSION_ID_SCHEMA: dict[str, Any] = {"pattern": SESSION_ID_PATTERN, "minLength": 1, "maxLength": 128}
+"""A session id's JSON schema (path parameters and body fields; ``deps.check_session_id`` checks it)."""
 
 
 def _not_reserved(value: str) -> str:
@@ -122,7 +128,9 @@ class CreateSession(_Body):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"id": "s-1"}, {}]})
 
-    id: str | None = Field(default=None, description="The session id (default: a fresh one).")
+    id: str | None = Field(
+        default=None, description="The session id (default: a fresh one).", json_schema_extra=SESSION_ID_SCHEMA
+    )
 
 
 class SessionCreated(_Out):
@@ -279,7 +287,9 @@ class ForkRequest(_Body):
     model_config = ConfigDict(json_schema_extra={"examples": [{"at": 12, "id": "s-2"}, {"at": 0}]})
 
     at: int = Field(ge=0, description="The log index to fork at (0 .. the session's last index).")
-    id: str | None = Field(default=None, description="The new session's id (default: a fresh one).")
+    id: str | None = Field(
+        default=None, description="The new session's id (default: a fresh one).", json_schema_extra=SESSION_ID_SCHEMA
+    )
 
 
 class SessionForked(_Out):
@@ -451,7 +461,7 @@ class ChatRequest(BaseModel):
     def _storable_body(cls, data: Any) -> Any:
         return _storable(data)
 
-    id: str = Field(min_length=1, max_length=128)
+    id: str = Field(min_length=1, max_length=128, json_schema_extra={"pattern": SESSION_ID_PATTERN})
     messages: list[UIMessageBody] = Field(default_factory=list)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     message_id: str | None = Field(default=None, alias="messageId", title="Message id")

@@ -33,9 +33,32 @@ from orchestrator.surfaces.http.state import state_json
 if TYPE_CHECKING:
     from actors.client import Mutation, Session
 
-__all__ = ["EventStream", "session_events", "sse_event"]
+__all__ = ["EventStream", "session_events", "sse_event", "sse_event_schema"]
 
 PING: bytes = b": ping\n\n"
+
+
+def sse_event_schema(events: list[str] | None, data: str) -> dict[str, Any]:
+    """The JSON schema of one server-sent event, for the OpenAPI document.
+
+    Under ``text/event-stream`` OpenAPI 3.1 reads ``schema`` as one event: ``event`` (its name;
+    ``message`` when the server sends none), ``data`` (text: here JSON), ``id`` and ``retry``.
+    Comments (``: ping``) are not events.
+
+    Args:
+        events: the event names the stream sends (``None``: unnamed, so ``message``).
+        data: what ``data`` holds.
+    """
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "event": {"type": "string", "enum": events or ["message"]},
+            "data": {"type": "string", "description": data},
+            "id": {"type": "string", "description": "The log index the event brings the client to."},
+            "retry": {"type": "integer"},
+        },
+    }
 
 
 class EventStream(StreamingResponse):

@@ -165,7 +165,10 @@ def session_router(ctx: Context) -> APIRouter:
         summary="Send a user message (and wait for its turn)",
         responses={
             **_COMMAND,
-            202: {"model": PromptResult, "description": "`wait` timed out: the turn is still running."},
+            202: {
+                "model": PromptResult,
+                "description": "`wait` timed out (or the server is stopping): the turn is still running.",
+            },
         },
     )
     async def prompt(session: Owned, body: PromptRequest, response: Response) -> PromptResult:
@@ -180,12 +183,16 @@ def session_router(ctx: Context) -> APIRouter:
             # Only a reused id rejects an input (in another session, or here with other text):
             # its turn is not this request's to wait for or to report.
             raise _reused(turn.receipt)
+        closing = asyncio.ensure_future(ctx.closing.wait())  # the server stops: answer now
         try:
-            result = await asyncio.wait_for(asyncio.shield(turn.finished), body.timeout)
-        except TimeoutError:
+            await asyncio.wait({turn.finished, closing}, timeout=body.timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+        if not turn.finished.done():
             turn.finished.cancel()
             response.status_code = 202
             return PromptResult(input_id=input_id, receipt=receipt_body(turn.receipt))
+        result = turn.finished.result()
         return PromptResult(
             input_id=input_id,
             receipt=receipt_body(turn.receipt),
@@ -422,6 +429,7 @@ def session_router(ctx: Context) -> APIRouter:
                 raise ApiError(422, "Last-Event-ID must be a log index (an integer)", "Last-Event-ID") from None
             if last < 0:
                 raise ApiError(422, "Last-Event-ID must be 0 or more", "Last-Event-ID")
-        return EventStream(session_events(session, ctx.agent.contract, last, heartbeat=ctx.heartbeat))
+        stream = session_events(session, ctx.agent.contract, last, heartbeat=ctx.heartbeat)
+        return EventStream(stream, closing=ctx.closing)
 
     return router

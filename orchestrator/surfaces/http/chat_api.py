@@ -201,7 +201,7 @@ def chat_router(ctx: Context) -> APIRouter:
             subscription.close()
             raise
         stream = stream_turn(follower, subscription, session, first, heartbeat=ctx.heartbeat)
-        return EventStream(stream, headers=headers, on_close=subscription.close)
+        return EventStream(stream, headers=headers, on_close=subscription.close, closing=ctx.closing)
 
     @router.get(
         "/{session_id}/stream",
@@ -226,7 +226,7 @@ def chat_router(ctx: Context) -> APIRouter:
             subscription.close()
             raise
         stream = stream_turn(follower, subscription, session, first, heartbeat=ctx.heartbeat)
-        return EventStream(stream, headers=headers, on_close=subscription.close)
+        return EventStream(stream, headers=headers, on_close=subscription.close, closing=ctx.closing)
 
     @router.get("/{session_id}/messages", summary="The conversation as AI SDK UIMessages")
     async def ui_messages(session: Owned) -> list[dict[str, Any]]:

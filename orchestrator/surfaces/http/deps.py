@@ -2,8 +2,9 @@
 
 # No ``from __future__ import annotations``: FastAPI reads the dependencies' signatures at runtime.
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Path
@@ -65,6 +66,8 @@ class Context:
     """Seconds between SSE keep-alive comments."""
     throttle: float
     """Least seconds between two preliminary outputs of a delegate call on the chat stream."""
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the server starts to stop (``serve``): open streams end and long waits answer now."""
 
     def session(self, session_id: str) -> Session:
         """A handle on ``session_id``."""

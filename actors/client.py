@@ -132,10 +132,20 @@ class Turn:
 
     @property
     def finished(self) -> asyncio.Task[TurnOutcome]:
-        """Resolves to the ``TurnOutcome`` (success, outcome, text, error) once the turn has ended."""
+        """Resolves to the ``TurnOutcome`` (success, outcome, text, error) once the turn has ended.
+
+        A prompt the session rejected (its id was used before, in another session or with other
+        text) never enters a turn: ``finished`` resolves at once, ``removed``, with the reason.
+        """
         if self._finished is None:
-            self._finished = asyncio.ensure_future(self.session.runtime.turn_outcome(self.session, self.id))
+            self._finished = asyncio.ensure_future(self._outcome())
         return self._finished
+
+    async def _outcome(self) -> TurnOutcome:
+        receipt = self.receipt
+        if receipt is not None and receipt.outcome == "rejected":
+            return TurnOutcome("", "removed", "", error=f"the prompt {self.id!r} was rejected ({receipt.reason})")
+        return await self.session.runtime.turn_outcome(self.session, self.id)
 
 
 class Queue:

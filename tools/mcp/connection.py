@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import sys
 import time
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -140,7 +144,8 @@ class Connection:
         info = types.Implementation(name="troupe", version="0.1.0")
         if isinstance(t, Stdio):
             env = {k: expand_env(v, f"{self.describe}: env {k}") for k, v in t.env.items()}
-            params = StdioServerParameters(command=t.command, args=list(t.args), env=env or None, cwd=t.cwd)
+            command = _command(t.command)
+            params = StdioServerParameters(command=command, args=list(t.args), env=env or None, cwd=t.cwd)
             server: Any = params
         else:
             headers = {k: expand_env(v, f"{self.describe}: header {k}") for k, v in t.headers.items()}
@@ -245,6 +250,14 @@ class Connection:
             raise ToolError(
                 f"{self.describe} went away during the call to {name}: {_reason(error)}", "mcp_lost"
             ) from None
+
+
+def _command(command: str) -> str:
+    """``command`` as found on ``PATH``, else beside the running Python (a virtualenv's scripts)."""
+    if os.sep in command or shutil.which(command) is not None:
+        return command
+    beside = Path(sys.executable).parent / command
+    return str(beside) if beside.exists() else command
 
 
 def _reason(error: BaseException) -> str:

@@ -11,16 +11,18 @@ from typing import Any
 import pytest
 
 from actors.local import LocalRuntime
+from actors.schedules import MCP_RESTART
 from orchestrator.core.errors import ToolError, UsageError
 from orchestrator.core.parts import ToolPart
 from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel, eventually
 from tests.fixtures.mcp import notes_server
 from tools.mcp import ToolOverride, mcp_http, mcp_stdio
-from tools.mcp.registry import close_connections
+from tools.mcp.registry import close_connections, restart_delay
 from tools.mcp.tools import MCPTool, connection_for
 
 TIMEOUT = 60
+ROOT = Path(__file__).resolve().parents[2]
 TIME = mcp_stdio("time", sys.executable, ["-m", "mcp_server_time"], prefix="time_")
 
 
@@ -141,3 +143,23 @@ async def test_stop_cancels_the_call_on_the_server(rt: LocalRuntime, tmp_path: P
         await eventually(lambda: server.lines("charge cancelled"), TIMEOUT, interval=0.02, what="the cancellation")
         (part,) = calls((await session.state()).state, "charge")
         assert part.state == "error" and "interrupted" in (part.error or "")  # a report tool: never re-sent
+
+
+async def test_a_server_that_dies_fails_the_call_in_flight_and_restarts_on_next_use(
+    rt: LocalRuntime, tmp_path: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    source = mcp_stdio("notes", sys.executable, ["-m", "tests.fixtures.mcp_server", "--log", str(log)], cwd=str(ROOT))
+    model = ScriptedModel(
+        [[{"tool": "crash", "input": {}}], [{"tool": "echo", "input": {"text": "back"}}], [{"text": "ok"}]]
+    )
+    session = rt.session("s-1", agent=Agent("a", "x", model, tools=[source]))
+    assert (await asyncio.wait_for((await session.prompt("go")).finished, TIMEOUT)).success
+    state = (await session.state()).state
+    (crash,) = calls(state, "crash")
+    assert crash.state == "error" and "went away during the call to crash" in (crash.error or "")
+    assert "may have partly run" in (crash.error or "")  # not read-only: reported, by its policy
+    (echo,) = calls(state, "echo")
+    assert echo.output == {"result": "back"}  # the next use started the server again
+    assert connection_for(source).generation == 2
+    assert restart_delay(0) == MCP_RESTART.delay(0) > 0  # the host's schedule (actors.schedules)

@@ -32,6 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from orchestrator.core.errors import ToolError
 from tools.mcp.registry import restart_delay
@@ -119,9 +120,10 @@ class Connection:
 
     async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event, lost: asyncio.Event) -> None:
         """Enter the SDK client, publish it, and keep it open until ``stop`` (in this one task)."""
+        mine: Client | None = None
         try:
             async with AsyncExitStack() as stack:
-                client = await stack.enter_async_context(self._make_client(stack))
+                client = mine = await stack.enter_async_context(self._make_client(stack))
                 self._client = client
                 if not ready.done():
                     ready.set_result(client)
@@ -135,7 +137,8 @@ class Connection:
             if isinstance(error, asyncio.CancelledError):
                 raise
         finally:
-            self._client = None
+            if self._client is mine:  # a newer generation may have started meanwhile
+                self._client = None
             self._down_at = time.monotonic()
             lost.set()
 
@@ -163,7 +166,10 @@ class Connection:
     def _gone(self) -> None:
         """The server went away under a call: drop the connection (the next use restarts it)."""
         self._stop.set()
+        self._lost.set()
+        self._client = None
         self._failures = max(self._failures, 1)
+        self._down_at = time.monotonic()
 
     async def aclose(self) -> None:
         """Close the connection (a stdio server's process ends); later uses fail."""
@@ -202,7 +208,7 @@ class Connection:
                 if cursor is None:
                     break
         except (MCPError, TimeoutError, *_LOST) as error:
-            if not isinstance(error, MCPError):
+            if _lost(error):
                 self._gone()
             raise ToolError(f"{self.describe}: listing its tools failed: {_reason(error)}", "mcp_unavailable") from None
         if version == self._version:
@@ -243,13 +249,18 @@ class Connection:
             raise ToolError(f"{name} timed out after {timeout:g} s", "timeout")
         try:
             return call.result()
-        except MCPError as error:
-            raise ToolError(f"{name} failed on {self.describe}: {error}", "mcp_error") from None
-        except _LOST as error:
+        except (MCPError, *_LOST) as error:
+            if not _lost(error):
+                raise ToolError(f"{name} failed on {self.describe}: {error}", "mcp_error") from None
             self._gone()
             raise ToolError(
                 f"{self.describe} went away during the call to {name}: {_reason(error)}", "mcp_lost"
             ) from None
+
+
+def _lost(error: BaseException) -> bool:
+    """Whether ``error`` says the server went away (not that a request failed)."""
+    return isinstance(error, _LOST) or (isinstance(error, MCPError) and error.code == CONNECTION_CLOSED)
 
 
 def _command(command: str) -> str:

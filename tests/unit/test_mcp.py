@@ -163,3 +163,30 @@ async def test_a_server_that_dies_fails_the_call_in_flight_and_restarts_on_next_
     assert echo.output == {"result": "back"}  # the next use started the server again
     assert connection_for(source).generation == 2
     assert restart_delay(0) == MCP_RESTART.delay(0) > 0  # the host's schedule (actors.schedules)
+
+
+async def test_list_changed_between_calls_refreshes_the_list(tmp_path: Path) -> None:
+    log, trigger = tmp_path / "calls.log", tmp_path / "trigger"
+    source = mcp_stdio("notes", sys.executable, ["-m", "tests.fixtures.mcp_server", "--log", str(log)], cwd=str(ROOT))
+    add_later = next(t for t in await source.list_tools({}) if t.name == "add_later")
+    await add_later.invoke({"trigger": str(trigger)}, session_id="s", call_id="c", turn_id="t")
+    names = [t.name for t in await source.list_tools({})]
+    assert "late" not in names and [t.name for t in await source.list_tools({})] == names  # kept, not re-fetched
+    trigger.touch()  # the server adds the tool now, while no call runs: only its notification can tell us
+
+    async def listed() -> bool:
+        return "late" in [t.name for t in await source.list_tools({})]
+
+    await eventually(listed, TIMEOUT, interval=0.02, what="the late tool, after list_changed")
+    await close_connections()
+
+
+async def test_a_call_past_its_timeout_fails_and_is_cancelled_on_the_server(rt: LocalRuntime, tmp_path: Path) -> None:
+    async with notes_server(tmp_path) as server:
+        shop = mcp_http("shop", server.url, tools={"charge": ToolOverride(timeout=0.5)})
+        model = ScriptedModel([[{"tool": "charge", "input": {"amount": 1}}], [{"text": "It timed out."}]])
+        session = rt.session("s-1", agent=Agent("a", "x", model, tools=[shop]))
+        assert (await asyncio.wait_for((await session.prompt("pay")).finished, TIMEOUT)).success
+        (part,) = calls((await session.state()).state, "charge")
+        assert part.state == "error" and "timed out after 0.5 s" in (part.error or "")
+        await eventually(lambda: server.lines("charge cancelled"), TIMEOUT, interval=0.02, what="the cancellation")

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from actors.local import LocalRuntime
@@ -190,3 +191,22 @@ async def test_a_call_past_its_timeout_fails_and_is_cancelled_on_the_server(rt: 
         (part,) = calls((await session.state()).state, "charge")
         assert part.state == "error" and "timed out after 0.5 s" in (part.error or "")
         await eventually(lambda: server.lines("charge cancelled"), TIMEOUT, interval=0.02, what="the cancellation")
+
+
+def time_servers() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children(recursive=True) if "mcp_server_time" in " ".join(p.cmdline())]
+
+
+async def test_one_process_per_server_for_a_hosts_sessions_ended_when_the_host_stops() -> None:
+    assert time_servers() == []
+    runtime = LocalRuntime()
+    await runtime.start()
+    try:
+        model = ScriptedModel([[{"tool": "time_get_current_time", "input": {"timezone": "UTC"}}], [{"text": "ok"}]])
+        for session_id in ("s-1", "s-2"):  # two sessions, one server process
+            session = runtime.session(session_id, agent=Agent("a", "x", model, tools=[TIME]))
+            assert (await asyncio.wait_for((await session.prompt("time?")).finished, TIMEOUT)).success
+        assert len(time_servers()) == 1
+    finally:
+        await runtime.close()
+    await eventually(lambda: time_servers() == [], TIMEOUT, what="the time server to exit with its host")

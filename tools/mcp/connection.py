@@ -102,6 +102,8 @@ class Connection:
             client = await asyncio.wait_for(asyncio.shield(ready), self.source.connect_timeout)
         except BaseException as error:
             self._stop.set()
+            if not ready.done():  # still connecting (a timeout, or our caller cancelled): give up on it
+                self._task.cancel()
             self._failures += 1
             self._down_at = time.monotonic()
             if isinstance(error, asyncio.CancelledError):
@@ -163,8 +165,14 @@ class Connection:
         elif isinstance(message, Exception):
             log.warning("mcp_transport_error", server=self.source.name, reason=_reason(message))
 
-    def _gone(self) -> None:
-        """The server went away under a call: drop the connection (the next use restarts it)."""
+    def _gone(self, lost: asyncio.Event) -> None:
+        """The server went away under a call: drop the connection (the next use restarts it).
+
+        ``lost`` is the event of the connection the call used: once a newer one runs, a late
+        failure of an older call leaves it alone.
+        """
+        if lost is not self._lost:
+            return
         self._stop.set()
         self._lost.set()
         self._client = None
@@ -197,7 +205,7 @@ class Connection:
         if cached is not None and not self._lost.is_set():
             return cached
         client = await self.client()
-        version = self._version
+        version, lost = self._version, self._lost
         tools: list[types.Tool] = []
         cursor: str | None = None
         try:
@@ -209,7 +217,7 @@ class Connection:
                     break
         except (MCPError, TimeoutError, *_LOST) as error:
             if _lost(error):
-                self._gone()
+                self._gone(lost)
             raise ToolError(f"{self.describe}: listing its tools failed: {_reason(error)}", "mcp_unavailable") from None
         if version == self._version:
             self._tools = tools
@@ -252,7 +260,7 @@ class Connection:
         except (MCPError, *_LOST) as error:
             if not _lost(error):
                 raise ToolError(f"{name} failed on {self.describe}: {error}", "mcp_error") from None
-            self._gone()
+            self._gone(lost)
             raise ToolError(
                 f"{self.describe} went away during the call to {name}: {_reason(error)}", "mcp_lost"
             ) from None

@@ -15,6 +15,7 @@ from orchestrator.core.parts import ToolPart
 from orchestrator.surfaces.config import load_agent
 from orchestrator.surfaces.config.loader import parse_config
 from tools.mcp import MCPSource, Stdio, StreamableHttp, ToolOverride
+from tools.mcp.spec import expand_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,3 +103,18 @@ async def test_the_mcp_demo_config_runs_with_the_time_server(rt: LocalRuntime) -
     (part,) = [p for m in state.messages for p in m.parts if isinstance(p, ToolPart)]
     assert part.name == "time_get_current_time" and part.state == "done"
     assert isinstance(part.output, dict) and part.output["timezone"] == "Asia/Tokyo"
+
+
+def test_a_doubled_dollar_leaves_the_variable_to_the_host_that_connects() -> None:
+    (source,) = agent_tools(
+        f"""
+        agents:
+          a:
+            {MODEL}
+            tools:
+              - mcp: {{name: api, url: "http://127.0.0.1:8000/mcp", headers: {{Authorization: "Bearer $${{TOKEN}}"}}}}
+        """
+    )
+    assert isinstance(source, MCPSource)
+    assert source.transport == StreamableHttp("http://127.0.0.1:8000/mcp", {"Authorization": "Bearer ${TOKEN}"})
+    assert expand_env(source.transport.headers["Authorization"], "test", {"TOKEN": "t0k"}) == "Bearer t0k"

@@ -17,6 +17,10 @@ tools:
       headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
 ```
 
+As everywhere in a config, ``${VAR}`` is read when the file loads, so the value is stored with
+the agent; write ``$${VAR}`` in ``headers`` or ``env`` to leave it to the host that connects (read
+from its environment there, never stored).
+
 A stdio ``command`` is looked up on ``PATH`` where the host starts it, then beside the running
 Python (a virtualenv's scripts), so ``troupe`` from a virtualenv finds the servers installed in it.
 """

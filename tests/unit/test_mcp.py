@@ -210,3 +210,20 @@ async def test_one_process_per_server_for_a_hosts_sessions_ended_when_the_host_s
     finally:
         await runtime.close()
     await eventually(lambda: time_servers() == [], TIMEOUT, what="the time server to exit with its host")
+
+
+async def test_the_servers_progress_shows_on_the_running_call(tmp_path: Path) -> None:
+    log = tmp_path / "calls.log"
+    source = mcp_stdio("notes", sys.executable, ["-m", "tests.fixtures.mcp_server", "--log", str(log)], cwd=str(ROOT))
+    steps = next(t for t in await source.list_tools({}) if t.name == "steps")
+    shown: list[Any] = []
+
+    async def emit(output: Any) -> None:
+        shown.append(output)
+
+    assert await steps.invoke({"n": 2}, session_id="s", call_id="c", turn_id="t", emit=emit) == {"result": "all steps"}
+    assert shown == [
+        {"progress": 1, "total": 2, "message": "step 1"},
+        {"progress": 2, "total": 2, "message": "step 2"},
+    ]
+    await close_connections()

@@ -5,7 +5,8 @@
 goes back to the model with the reason, and the server never sees it). Results map to outputs:
 ``structuredContent`` as it is, text as text, several blocks (images, audio, resources) as a list
 of parts (an image is ``{"type": "data", "mediaType": ..., "data": base64}``), and a result with
-``isError`` as a tool error with its text.
+``isError`` as a tool error with its text. The server's progress notifications show on the
+running call as preliminary output (``{"progress", "total", "message"}``).
 """
 
 from __future__ import annotations
@@ -108,7 +109,13 @@ class MCPTool:
         """Call the tool on its server; a stop (``signal``) cancels it there too."""
         self.validate(arguments)
         conn = connection_for(self.source)
-        call = asyncio.ensure_future(conn.call(self.server_name, cast(dict[str, Any], arguments), self.timeout))
+
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            if emit is not None:  # the server's progress, shown on the call while it runs
+                await emit({"progress": progress, "total": total, "message": message})
+
+        args = cast(dict[str, Any], arguments)
+        call = asyncio.ensure_future(conn.call(self.server_name, args, self.timeout, report))
         stop = asyncio.ensure_future((signal or CancelSignal()).wait())
         try:
             await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)

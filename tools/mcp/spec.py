@@ -26,7 +26,7 @@ class Stdio:
     """A server started as a process and spoken to over its stdin and stdout."""
 
     command: str
-    """The executable (looked up on ``PATH``)."""
+    """The executable (looked up on ``PATH``, then beside the running Python: a virtualenv's scripts)."""
     args: tuple[str, ...] = ()
     """Its arguments."""
     env: Mapping[str, str] = field(default_factory=dict)

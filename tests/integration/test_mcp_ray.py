@@ -20,7 +20,7 @@ from tools.mcp import mcp_http
 
 from .helpers import until_stored
 
-TIMEOUT = 60
+TIMEOUT = 120
 
 
 @pytest.mark.slow

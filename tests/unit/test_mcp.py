@@ -22,7 +22,7 @@ from tools.mcp import ToolOverride, mcp_http, mcp_stdio
 from tools.mcp.registry import close_connections, restart_delay
 from tools.mcp.tools import MCPTool, connection_for
 
-TIMEOUT = 60
+TIMEOUT = 120
 ROOT = Path(__file__).resolve().parents[2]
 TIME = mcp_stdio("time", sys.executable, ["-m", "mcp_server_time"], prefix="time_")
 

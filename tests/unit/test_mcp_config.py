@@ -97,7 +97,7 @@ def test_mistakes_fail_at_load_with_where_and_how(entry: str, message: str) -> N
 async def test_the_mcp_demo_config_runs_with_the_time_server(rt: LocalRuntime) -> None:
     agent = load_agent(ROOT / "configs" / "mcp.yaml")
     session = rt.session("demo", agent=agent)
-    result = await asyncio.wait_for((await session.prompt("What time is it in Tokyo?")).finished, 60)
+    result = await asyncio.wait_for((await session.prompt("What time is it in Tokyo?")).finished, 120)
     assert result.success, result
     state = (await session.state()).state
     (part,) = [p for m in state.messages for p in m.parts if isinstance(p, ToolPart)]

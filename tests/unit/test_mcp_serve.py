@@ -44,7 +44,7 @@ async def test_the_agents_over_streamable_http(tmp_path: Path) -> None:
             writer.close()
             return True
 
-        await eventually(listening, 60, interval=0.05, what="troupe mcp to listen")
+        await eventually(listening, 120, interval=0.05, what="troupe mcp to listen")
         seen: list[str] = []
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:

@@ -87,7 +87,7 @@ class ServerSpec:
     """Per-tool overrides, by the server's name."""
     timeout: float | None = 60.0
     """Seconds a call may take unless its override says otherwise (``None``: no limit)."""
-    connect_timeout: float = 30.0
+    connect_timeout: float = 60.0
     """Seconds to start (or reach) the server and list its tools."""
 
     def __post_init__(self) -> None:

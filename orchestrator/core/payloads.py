@@ -436,6 +436,9 @@ class ToolStarted:
     """The tool."""
     attempt: int | None = None
     """Which attempt (older logs may leave it out: one more than before)."""
+    recovery: Literal["rerun", "report"] | None = None
+    """The call's recovery policy, when the tool comes from a dynamic source (an MCP server's
+    annotations): a host restarting after a crash reads it here, without reaching the source."""
 
     type: ClassVar[Literal["ai.tool.started"]] = "ai.tool.started"
     __pydantic_config__ = _CONFIG

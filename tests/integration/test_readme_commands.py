@@ -100,3 +100,13 @@ def test_the_http_examples_work_with_curl(workdir: Path) -> None:
     answer = json.loads(prompted)
     assert answer["success"] is True and "C099" in answer["text"], answer
     assert "event: " in events and "id: " in events and "data: " in events
+
+
+@pytest.mark.slow
+def test_the_mcp_demo_runs_as_the_readme_says(workdir: Path) -> None:
+    command = '.venv/bin/troupe run configs/mcp.yaml -p "What time is it in Tokyo?"'
+    assert command in README
+    done = troupe("run", str(REPO / "configs" / "mcp.yaml"), "-p", "What time is it in Tokyo?", cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "time_get_current_time" in done.stdout and "Asia/Tokyo" in done.stdout
+    assert "That is the current time in Tokyo" in done.stdout

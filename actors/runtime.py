@@ -50,13 +50,13 @@ from orchestrator.run.agent import Agent
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 
-__all__ = ["Runtime", "SyncRuntime", "in_ray_worker"]
+__all__ = ["Runtime", "SyncRuntime", "absolute_store", "in_ray_worker"]
 
 log = structlog.get_logger()
 T = TypeVar("T")
 
 
-def _absolute_store(url: str) -> str:
+def absolute_store(url: str) -> str:
     """Every host process must open the same file: make a relative SQLite path absolute."""
     prefix = "sqlite:///"
     if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
@@ -94,7 +94,7 @@ class Runtime(BaseRuntime):
     ) -> None:
         if placement not in ("pooled", "dedicated"):
             raise UsageError(f"placement must be 'pooled' or 'dedicated', not {placement!r}")
-        self.store_url = _absolute_store(store)
+        self.store_url = absolute_store(store)
         self.address = address
         self.placement = placement
         self.namespace = namespace or DEFAULT_NAMESPACE

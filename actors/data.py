@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 from ray.data import ActorPoolStrategy
 
-from actors.runtime import Runtime
+from actors.runtime import Runtime, SyncRuntime
 from orchestrator.core.errors import RunError, UsageError
 from orchestrator.core.ids import CHILD_SEPARATOR, RESERVED_ID_PREFIX, row_input_id
 from orchestrator.core.turn import TurnOutcome
@@ -222,7 +222,7 @@ def run_sessions(
     agent: Agent,
     prompt: RowValue,
     key: RowValue,
-    runtime: Runtime | None = None,
+    runtime: Runtime | SyncRuntime | None = None,
     store: str | None = None,
     namespace: str | None = None,
     prefix: str = "",
@@ -242,7 +242,8 @@ def run_sessions(
         prompt: the column holding the prompt, or a function of the row (a dict) returning it.
         key: the column holding the row's stable key, or a function of the row; the session id is
             ``prefix + key``, so a rerun finds the sessions it ran before.
-        runtime: a started ``Runtime`` on the driver: the namespace, store and host layout to use.
+        runtime: a started ``Runtime`` (or ``Runtime.sync``) on the driver: the namespace, store and
+            host layout to use.
         store: without ``runtime``: the store URL (an absolute SQLite path, or PostgreSQL).
         namespace: without ``runtime``: the Ray namespace (default: Troupe's).
         prefix: put before every key to make the session id.
@@ -267,7 +268,7 @@ def run_sessions(
     if runtime is not None:
         if store is not None or namespace is not None:
             raise UsageError("run_sessions: pass runtime=..., or store= (and namespace=), not both")
-        options = runtime.worker_options()
+        options = (runtime.runtime if isinstance(runtime, SyncRuntime) else runtime).worker_options()
     elif store is not None:
         options = {"store": store, **({"namespace": namespace} if namespace else {})}
     else:

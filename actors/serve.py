@@ -19,12 +19,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import ray
 from ray import serve
 from ray.serve import Application
 
 from actors.runtime import Runtime
 
-__all__ = ["REPLICA_HEADER", "Application", "TroupeIngress", "ingress_app"]
+__all__ = ["REPLICA_HEADER", "Application", "TroupeIngress", "ingress_app", "start_http"]
 
 REPLICA_HEADER = "x-troupe-replica"
 """The response header naming the replica that answered."""
@@ -100,3 +101,15 @@ def ingress_app(
     deployment: Any = serve.deployment(TroupeIngress, **options)
     bound: Application = deployment.bind(build, dict(runtime_options))
     return bound
+
+
+def start_http(host: str, port: int) -> None:
+    """Start Serve's HTTP proxy on ``host:port`` (joining or starting Ray as ``serve run`` would).
+
+    ``serve run module:app`` has no port option and starts the proxy on 8000; an app builder that
+    calls this first (``port=`` on ``orchestrator.surfaces.serve:app``) picks the address instead:
+    ``serve run`` then finds Serve running and deploys to it.
+    """
+    if not ray.is_initialized():
+        ray.init(namespace="serve")  # what serve run's own ray.init uses
+    serve.start(http_options={"host": host, "port": port})

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.runtime import Runtime, absolute_store
-from actors.serve import Application, ingress_app
+from actors.serve import Application, ingress_app, start_http
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
 from orchestrator.surfaces.config import RuntimeConfig, load_config
@@ -88,14 +88,16 @@ def troupe_app(
     )
 
 
-_ARGS = ("config", "agent", "store", "namespace", "api_keys", "num_replicas", "hosts_per_node", "name")
+_ARGS = ("config", "agent", "store", "namespace", "api_keys", "num_replicas", "hosts_per_node", "name", "host", "port")
 
 
 def app(args: dict[str, str]) -> Application:
     """The ``serve run orchestrator.surfaces.serve:app config=PATH [key=value ...]`` builder.
 
     Keys: ``config`` (required), ``agent``, ``store``, ``namespace``, ``api_keys`` (comma
-    separated), ``num_replicas`` (a number or ``auto``), ``hosts_per_node``, ``name``.
+    separated), ``num_replicas`` (a number or ``auto``), ``hosts_per_node``, ``name``, and
+    ``host`` / ``port``: where Serve's HTTP proxy listens (``serve run`` alone uses
+    127.0.0.1:8000; given here, Serve is started there first).
 
     Raises:
         UsageError: an unknown key, or no ``config``.
@@ -110,11 +112,12 @@ def app(args: dict[str, str]) -> Application:
     try:
         num_replicas: int | str = replicas if replicas == "auto" else int(replicas)
         hosts_per_node = int(hosts) if hosts else None
+        port = int(args["port"]) if args.get("port") else None
     except ValueError:
         raise UsageError(
-            f"num_replicas and hosts_per_node must be numbers (num_replicas may be 'auto'), got {args}"
+            f"num_replicas, hosts_per_node and port must be numbers (num_replicas may be 'auto'), got {args}"
         ) from None
-    return troupe_app(
+    application = troupe_app(
         args["config"],
         agent=args.get("agent"),
         store=args.get("store"),
@@ -124,3 +127,6 @@ def app(args: dict[str, str]) -> Application:
         hosts_per_node=hosts_per_node,
         name=args.get("name", "troupe"),
     )
+    if port is not None or args.get("host"):
+        start_http(args.get("host") or "127.0.0.1", port or 8000)
+    return application

@@ -26,6 +26,7 @@ from actors.runtime import Runtime
 from orchestrator.core import event_types as ai
 from orchestrator.core.errors import ModelError
 from orchestrator.core.events import Event
+from orchestrator.core.ids import row_input_id
 from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta, ToolCall
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
@@ -33,7 +34,7 @@ from orchestrator.store import open_store
 from orchestrator.testing import eventually
 from tools import ToolContext, tool
 
-from .helpers import Gate, count_lines, until_stored
+from .helpers import Gate, count_lines, gated_model, until_stored
 
 cast(Any, cloudpickle).register_pickle_by_value(sys.modules[__name__])  # the workers need not import tests/
 
@@ -252,4 +253,28 @@ async def test_a_host_and_a_data_worker_killed_mid_pipeline(data_runtime: Runtim
         return bool((await data_runtime.supervisor.info.remote())["recoveries"])
 
     await eventually(recovered, TIMEOUT, interval=0.05, what="the supervisor's recovery of the host")
+    ray.kill(gate)
+
+
+async def test_a_row_whose_session_already_runs_joins_that_turn(data_runtime: Runtime, tmp_path: Path) -> None:
+    """The row's input was sent before (a run cut off mid-turn): the pipeline waits for that turn."""
+    gate = Gate.remote()
+    agent = Agent("gated", "Wait.", gated_model(gate, "done"))
+    started = await data_runtime.session("j-1", agent=agent).prompt("q", id=row_input_id("j-1"))
+    await gate.wait_reached.remote()  # the turn runs, held in its first step
+    asked = tmp_path / "asked"
+
+    def prompt(row: Mapping[str, Any]) -> str:
+        asked.write_text("yes")
+        return str(row["question"])
+
+    ds = ray.data.from_items([{"id": "j-1", "question": "q"}])
+    results = run_sessions(ds, runtime=data_runtime, agent=agent, prompt=prompt, key="id", **KW)
+    running = asyncio.ensure_future(asyncio.to_thread(take, results))
+    await eventually(asked.exists, TIMEOUT, interval=0.05, what="the pipeline to reach the row")
+    await gate.open.remote()
+    (row,) = await asyncio.wait_for(running, TIMEOUT)
+    assert (row["success"], row["text"]) == (True, "waiting done") and row["index"] == (await started.finished).index
+    assert await gate.count.remote() == 1  # one model step: the pipeline started no second turn
+    assert (await data_runtime.session("j-1", agent=agent).state()).state.turns == 1
     ray.kill(gate)

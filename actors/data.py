@@ -2,7 +2,7 @@
 
 ::
 
-    async with Runtime(store="sqlite:////data/troupe.db", namespace="batch") as rt:
+    with Runtime.sync(store="sqlite:////data/troupe.db", namespace="batch") as rt:
         results = run_sessions(ds, runtime=rt, agent=shopper, prompt="question", key="id")
         for row in results.iter_rows():  # key, session_id, text, success, error, outcome, index, usage
             ...

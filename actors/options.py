@@ -67,14 +67,22 @@ def host_actor(
     )
 
 
-def supervisor_actor(cls: type, *, namespace: str, detached: bool, node_id: str | None = None) -> Any:
+def supervisor_actor(
+    cls: type, *, namespace: str, detached: bool, node_id: str | None = None, get_if_exists: bool = True
+) -> Any:
     """The Ray actor class for the supervisor: named, detached, restartable, got if it exists.
 
     Pinned to ``node_id`` (the head node, as Ray Serve pins its controller): the supervisor must
     not be on a node it is there to recover from.
     """
     return _named_actor(
-        cls, SUPERVISOR_NAME, namespace, max_task_retries=-1, get_if_exists=True, detached=detached, node_id=node_id
+        cls,
+        SUPERVISOR_NAME,
+        namespace,
+        max_task_retries=-1,
+        get_if_exists=get_if_exists,
+        detached=detached,
+        node_id=node_id,
     )
 
 

@@ -8,9 +8,20 @@
         result = await turn.finished
 
 A runtime shuts down only what it started: the Ray it started itself (``ray.shutdown``), and the
-actors it created in its namespace. Joining a cluster (``address=...``) creates hosts that are
+actors it owns in its namespace. Joining a cluster (``address=...``) creates hosts that are
 detached, so sessions outlive the driver; a second driver in the same namespace reuses them.
 For scripts and notebooks, ``Runtime.sync(...)`` gives the same API without ``await``.
+
+Who owns the hosts and the supervisor is explicit (``owns``). By default a runtime owns what it
+created itself, and only in a driver: the process that started Ray or joined it. Inside a Ray
+worker (a task, an actor, a Serve replica, a Ray Data UDF) a runtime attaches to the Ray it runs
+in (no ``ray.init``), creates the namespace's hosts and supervisor detached if they are missing,
+and stops nothing on close: a pipeline's many runtimes share them, and one that closes must not
+stop what the others use. Which runtime created an actor is settled by Ray's name registry
+(creating a named actor whose name is taken fails), never by a look-before-create that two
+runtimes could both pass. ``owns=True`` asks a runtime to stop the namespace's hosts and
+supervisor on close whoever created them (the driver of a pipeline whose tasks made them);
+``owns=False`` leaves everything running.
 """
 
 from __future__ import annotations
@@ -18,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
 
@@ -40,13 +51,13 @@ from orchestrator.run.agent import Agent
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 
-__all__ = ["Runtime", "SyncRuntime"]
+__all__ = ["Runtime", "SyncRuntime", "absolute_store", "in_ray_worker"]
 
 log = structlog.get_logger()
 T = TypeVar("T")
 
 
-def _absolute_store(url: str) -> str:
+def absolute_store(url: str) -> str:
     """Every host process must open the same file: make a relative SQLite path absolute."""
     prefix = "sqlite:///"
     if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
@@ -81,10 +92,11 @@ class Runtime(BaseRuntime):
         sqlite_writer: Literal["thread", "inline"] = "inline",
         follow: Literal["hosts", "store"] = "hosts",
         ray_options: dict[str, Any] | None = None,
+        owns: bool | None = None,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
             raise UsageError(f"placement must be 'pooled' or 'dedicated', not {placement!r}")
-        self.store_url = _absolute_store(store)
+        self.store_url = absolute_store(store)
         self.address = address
         self.placement = placement
         self.namespace = namespace or DEFAULT_NAMESPACE
@@ -107,11 +119,14 @@ class Runtime(BaseRuntime):
         self.follow = follow
         super().__init__()
         self.ray_options = dict(ray_options or {})
+        self.owns = owns
+        """Whether close() stops the namespace's actors: ``None`` = those it created, in a driver."""
         self.host_names: list[str] = []
         self.router: Router = Router(self.namespace, [], placement)
         self.supervisor: Any = None
         self.store: EventStore = open_store(self.store_url)
         self._started_ray = False
+        self._per_node: int | None = hosts_per_node
         self._created: list[str] = []  # the names of the actors this runtime created
         self._held: list[Any] = []  # handles kept alive: a non-detached actor dies with its last handle
         self._options: HostOptions | None = None
@@ -133,6 +148,9 @@ class Runtime(BaseRuntime):
     async def start(self) -> None:
         """Start or join Ray, then create (or find) the hosts and the supervisor.
 
+        Inside a Ray worker Ray is already up: the runtime attaches to it and creates what is
+        missing detached (it must outlive the task that created it).
+
         Raises:
             StoreError: the store cannot be reached (checked first, before anything starts: one
                 clear error naming the URL, rather than every host failing later).
@@ -142,9 +160,12 @@ class Runtime(BaseRuntime):
             options = {"include_dashboard": False, "log_to_driver": False, **self.ray_options}
             ray.init(address=self.address, namespace=self.namespace, **options)
             self._started_ray = True
-        detached = self.address is not None
+        worker = in_ray_worker()
+        detached = self.address is not None or worker or self.owns is False
+        owns_created = self.owns is not False and (not worker or self.owns is True)
         nodes = [n for n in _nodes() if n.get("Alive")]
         per_node = self.hosts_per_node or max(2, int(min(n["Resources"].get("CPU", 1) for n in nodes)))
+        self._per_node = per_node
         names: list[tuple[str, str | None]] = []
         if self.placement == "pooled":
             for node in nodes:
@@ -175,27 +196,56 @@ class Runtime(BaseRuntime):
         self.router = Router(self.namespace, self.host_names, self.placement, children=self.children)
         handles = []
         for name, node_id in names:
-            existed = _exists(name, self.namespace)
-            actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=node_id, detached=detached)
-            handle = actor.remote(name, self._options, RayCluster)
-            if not existed:
+
+            def host(get_if_exists: bool, name: str = name, node_id: str | None = node_id) -> Any:
+                actor = host_actor(
+                    SessionHost,
+                    name=name,
+                    namespace=self.namespace,
+                    node_id=node_id,
+                    detached=detached,
+                    get_if_exists=get_if_exists,
+                )
+                return actor.remote(name, self._options, RayCluster)
+
+            handle, created = _create_or_get(host, name, self.namespace)
+            if created and owns_created:
                 self._created.append(name)
             handles.append(handle)
         self._held = handles
         await asyncio.gather(*(h.ready.remote() for h in handles))
-        existed = _exists(SUPERVISOR_NAME, self.namespace)
-        supervisor = supervisor_actor(Supervisor, namespace=self.namespace, detached=detached, node_id=head_node())
-        self.supervisor = supervisor.remote(self.namespace, self.host_names, self.placement, self._options, self.warm)
-        if not existed:
+
+        def supervisor(get_if_exists: bool) -> Any:
+            actor = supervisor_actor(
+                Supervisor,
+                namespace=self.namespace,
+                detached=detached,
+                node_id=head_node(),
+                get_if_exists=get_if_exists,
+            )
+            return actor.remote(self.namespace, self.host_names, self.placement, self._options, self.warm)
+
+        self.supervisor, created = _create_or_get(supervisor, SUPERVISOR_NAME, self.namespace)
+        if created and owns_created:
             self._created.append(SUPERVISOR_NAME)
+        if self.owns is True:  # asked to stop the namespace's actors, whoever created them
+            self._created = [*self.host_names, SUPERVISOR_NAME]
         await self.supervisor.start.remote()
         self.transport = RayTransport(self.router, self.supervisor)
-        log.info("runtime_started", namespace=self.namespace, hosts=len(self.host_names), placement=self.placement)
+        log.info(
+            "runtime_started",
+            namespace=self.namespace,
+            hosts=len(self.host_names),
+            placement=self.placement,
+            in_worker=worker,
+            owns=list(self._created),
+        )
 
     async def close(self) -> None:
-        """Stop what this runtime started (and nothing else)."""
+        """Stop what this runtime owns (and nothing else): see the module docstring."""
         await self._close_pollers()
         if self._created and ray.is_initialized():
+            log.info("runtime_stopping", namespace=self.namespace, actors=list(self._created))
             with contextlib.suppress(Exception):
                 await self.supervisor.shutdown.remote()
             names = [n for n in self._created if n != SUPERVISOR_NAME]
@@ -216,6 +266,29 @@ class Runtime(BaseRuntime):
         if self._started_ray:
             ray.shutdown()
             self._started_ray = False
+
+    def worker_options(self) -> dict[str, Any]:
+        """What a runtime in a Ray worker needs to reach this one's hosts and sessions.
+
+        ``Runtime(**rt.worker_options())`` in a task or actor attaches to the same namespace,
+        store and host layout (sessions are routed by id over the host names, so every runtime
+        of a namespace must count the same hosts). It owns nothing.
+        """
+        return {
+            "store": self.store_url,
+            "namespace": self.namespace,
+            "placement": self.placement,
+            "hosts_per_node": self._per_node,
+            "children": self.children,
+            "idle_timeout": self.idle_timeout,
+            "flush_interval": self.flush_interval,
+            "flush_every": self.flush_every,
+            "flush_parts": self.flush_parts,
+            "flush_budget": self.flush_budget,
+            "nested_delay": self.nested_delay,
+            "sqlite_writer": self.sqlite_writer,
+            "warm": self.warm,
+        }
 
     # -- operations --------------------------------------------------------------------------------
 
@@ -246,8 +319,26 @@ def _actor(name: str, namespace: str) -> Any:
         return None
 
 
-def _exists(name: str, namespace: str) -> bool:
-    return _actor(name, namespace) is not None
+def in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (a task, an actor, a Serve replica), not a driver."""
+    return bool(ray.is_initialized() and cast(Any, ray.get_runtime_context()).worker.mode == ray.WORKER_MODE)
+
+
+def _create_or_get(create: Callable[[bool], Any], name: str, namespace: str) -> tuple[Any, bool]:
+    """The named actor ``create(get_if_exists)`` makes, and whether this call created it.
+
+    Ray's name registry decides: creating under a name that is taken fails (``ValueError``), so
+    of several runtimes starting at once exactly one is the creator. An actor that died between
+    the failed create and the lookup is created again (``get_if_exists``: by whoever gets there).
+    """
+    for _ in range(100):
+        try:
+            return create(False), True
+        except ValueError:
+            existing = _actor(name, namespace)
+            if existing is not None:
+                return existing, False
+    return create(True), False
 
 
 class SyncRuntime:

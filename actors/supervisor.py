@@ -229,6 +229,7 @@ class Supervisor:
             "sessions": len(self.directory),
             "recoveries": list(self.recoveries),
             "pool": len(self._pool),
+            "started": self.started,  # a restart re-runs __init__: a new time
         }
 
     # -- dedicated placement ----------------------------------------------------------------------------

@@ -45,7 +45,16 @@ from orchestrator.run.agent import Agent
 from orchestrator.store.base import EventStore, Measurable
 from tools.builtin import add_to_cart, lookup_price
 
-__all__ = ["PROMPTS", "ShopFigures", "bench_shop", "format_shop", "shop_agent", "verify_turn"]
+__all__ = [
+    "PROMPTS",
+    "MemorySampler",
+    "ShopFigures",
+    "bench_shop",
+    "format_shop",
+    "memory_settled",
+    "shop_agent",
+    "verify_turn",
+]
 
 PROMPTS = (
     "I would like two mugs, please.",
@@ -168,7 +177,7 @@ class ShopFigures:
         return out
 
 
-class _Memory:
+class MemorySampler:
     """Samples the RSS of this process and every descendant (Ray's processes included)."""
 
     def __init__(self, interval: float = 0.1) -> None:
@@ -191,18 +200,20 @@ class _Memory:
 
     @staticmethod
     def total() -> int:
-        return int(_Memory._summed(lambda proc: proc.memory_info().rss))
+        """The RSS of this process and every descendant, in bytes."""
+        return int(MemorySampler._summed(lambda proc: proc.memory_info().rss))
 
     @staticmethod
     def cpu() -> float:
-        return _Memory._summed(lambda proc: sum(proc.cpu_times()[:2]))  # user + system
+        """CPU seconds (user + system) of this process and every descendant."""
+        return MemorySampler._summed(lambda proc: sum(proc.cpu_times()[:2]))  # user + system
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self.peak = max(self.peak, self.total())
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> _Memory:
+    def __enter__(self) -> MemorySampler:
         self._thread.start()
         return self
 
@@ -265,12 +276,12 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     sessions = [rt.session(f"bench-{run}-{i}", agent=agent) for i in range(n)]
     ttfts: list[float] = []
     before_bytes = await _store_bytes(rt.store)
-    cpu0 = _Memory.cpu()
-    with _Memory() as memory:
+    cpu0 = MemorySampler.cpu()
+    with MemorySampler() as memory:
         start = time.perf_counter()
         delivered = await asyncio.gather(*(_one_session(s, ttfts) for s in sessions))
         wall = time.perf_counter() - start
-    cpu = _Memory.cpu() - cpu0
+    cpu = MemorySampler.cpu() - cpu0
     await rt.deactivate_idle()
     stored = await _store_bytes(rt.store) - before_bytes
     return ShopRun(
@@ -293,17 +304,17 @@ async def _store_bytes(store: EventStore) -> int:
     return await store.stored_bytes() if isinstance(store, Measurable) else 0
 
 
-async def _memory_settled(interval: float = 0.5, tolerance: int = 2 * 2**20, limit: float = 20.0) -> None:
+async def memory_settled(interval: float = 0.5, tolerance: int = 2 * 2**20, limit: float = 20.0) -> None:
     """Wait until Ray's own processes have finished starting (their RSS stops growing).
 
     Ray's dashboard agent and head load their modules for several seconds after ``ray.init``;
     a baseline taken before that charges their start-up to the first run's sessions.
     """
     deadline = time.monotonic() + limit
-    last = _Memory.total()
+    last = MemorySampler.total()
     while time.monotonic() < deadline:
         await asyncio.sleep(interval)
-        now = _Memory.total()
+        now = MemorySampler.total()
         if abs(now - last) < tolerance:
             return
         last = now
@@ -339,13 +350,13 @@ async def bench_shop(
             namespace="troupe-bench",
             ray_options={"_temp_dir": str(base / "ray"), "num_cpus": os.cpu_count() or 2},
         ) as rt:
-            await _run_once(rt, 2, 0, _Memory.total())  # warm up every host
-            await _memory_settled()
+            await _run_once(rt, 2, 0, MemorySampler.total())  # warm up every host
+            await memory_settled()
             for n in sizes:
                 result = ShopFigures(n)
                 for r in range(repeats):
                     await rt.deactivate_idle()
-                    baseline = _Memory.total()
+                    baseline = MemorySampler.total()
                     result.runs.append(await _run_once(rt, n, 1 + len(figures) * 100 + r, baseline))
                     if progress is not None:
                         progress(result.runs[-1])

@@ -31,6 +31,7 @@ __all__ = [
     "new_id",
     "reply_id",
     "root_session_id",
+    "row_input_id",
     "step_id",
     "task_input_id",
     "tool_call_key",
@@ -75,6 +76,15 @@ def handler_scheduled_id(event_id: str) -> str:
     Derived from the event, so re-pushing the same batch (the event and its schedule) replays.
     """
     return f"{RESERVED_ID_PREFIX}{event_id}:handler"
+
+
+def row_input_id(session_id: str) -> str:
+    """The id of the one input a pipeline row sends its session (``actors.data``).
+
+    Derived from the session id (itself from the row's key), so a rerun, or Ray Data retrying a
+    batch, resubmits the same input: it replays, and never starts a second turn.
+    """
+    return f"row:{session_id}"
 
 
 def child_session_id(parent_id: str, call_id: str) -> str:

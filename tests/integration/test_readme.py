@@ -51,8 +51,8 @@ def run_example(tmp_path: Path, source: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-def test_the_readme_has_two_runnable_examples() -> None:
-    assert len(readme_examples()) == 2
+def test_the_readme_has_three_runnable_examples() -> None:
+    assert len(readme_examples()) == 3
 
 
 @pytest.mark.slow
@@ -78,3 +78,10 @@ def test_the_readme_handle_tour_runs_as_written(tmp_path: Path) -> None:
         "retried: Back where we were.",
         "orders: ['o-1']",
     ]
+
+
+@pytest.mark.slow
+def test_the_readme_ray_data_example_runs_as_written(tmp_path: Path) -> None:
+    lines = run_example(tmp_path, readme_examples()[2])
+    assert lines == [f"t-{i} completed Your refund is on its way." for i in range(3)]
+    assert (tmp_path / "pipeline.db").exists()

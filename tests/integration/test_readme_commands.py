@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
 import re
+import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -12,8 +17,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from orchestrator.testing import eventually
 from orchestrator.testing_openai import FakeOpenAIServer, StreamReply, completion_stream, text_stream, tool_call_deltas
 
 from .cli_process import REPO, cli_env, troupe, wait_listening
@@ -110,3 +117,50 @@ def test_the_mcp_demo_runs_as_the_readme_says(workdir: Path) -> None:
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     assert "time_get_current_time" in done.stdout and "Asia/Tokyo" in done.stdout
     assert "That is the current time in Tokyo" in done.stdout
+
+
+def test_the_serve_run_command_serves_the_api(workdir: Path) -> None:
+    """The README's ``serve run`` line, in a copy of the repo's configs, on a free port and a Ray of its own."""
+    block = re.search(r"```bash\n(serve run .*?)\n```", README, re.S)
+    assert block is not None, "the README lost its serve run command"
+    command = block.group(1).strip()
+    assert "port=8000" in command
+    port = _free_port()
+    (workdir / "configs").mkdir()
+    shutil.copy(REPO / "configs" / "shop.yaml", workdir / "configs" / "shop.yaml")
+    args = shlex.split(command.replace("port=8000", f"port={port}"))
+    args[0] = str(Path(sys.executable).parent / args[0])  # this venv's serve
+    log = (workdir / "serve.log").open("w")
+    server = subprocess.Popen(
+        args,
+        cwd=workdir,
+        env=cli_env(RAY_TMPDIR=str(workdir)),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_listening(server, port, workdir / "serve.log", timeout=180)
+
+        async def deployed() -> bool:  # the proxy listens before the application is up
+            assert server.poll() is None, (workdir / "serve.log").read_text()
+            async with httpx.AsyncClient(timeout=10) as http:
+                with contextlib.suppress(httpx.HTTPError):
+                    return (await http.get(f"{url}/api/sessions")).status_code == 200
+            return False
+
+        asyncio.run(eventually(deployed, 180, interval=0.2, what="the Serve application to answer"))
+        with httpx.Client(base_url=url, timeout=120) as http:
+            assert http.post("/api/sessions", json={"id": "s-1"}).status_code in (200, 201)
+            answer = http.post("/api/sessions/s-1/prompt", json={"text": "two mugs please", "wait": True}).json()
+            assert answer["success"] is True and "C099" in answer["text"], answer
+    finally:
+        server.send_signal(signal.SIGINT)  # serve run shuts Serve down, then the Ray it started
+        try:
+            server.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)  # our own process group only
+            server.wait(timeout=30)
+        log.close()
+    assert (workdir / "troupe.db").exists()  # the config's store, resolved against the command's directory

@@ -108,6 +108,7 @@ COMMANDS = [
     ["bench", "store"],
     ["bench", "shop"],
     ["bench", "actors"],
+    ["bench", "data"],
 ]
 
 

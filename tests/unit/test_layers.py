@@ -62,3 +62,28 @@ def test_import_orchestrator_loads_no_ray() -> None:
 
 def test_import_actors_local_loads_no_ray() -> None:
     assert _loads("actors.local") == []
+
+
+def _doors_loaded(module: str) -> list[str]:
+    """Which of Ray's heavy libraries importing ``module`` brings in."""
+    code = (
+        "import importlib, json, sys\n"
+        f"importlib.import_module({module!r})\n"
+        "print(json.dumps(sorted(m for m in ('ray.data', 'ray.serve') if m in sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@pytest.mark.parametrize("module", ["actors", "actors.runtime", "actors.client", "orchestrator.surfaces.cli.main"])
+def test_ray_data_and_serve_load_only_with_their_doors(module: str) -> None:
+    assert _doors_loaded(module) == []
+
+
+def test_each_door_loads_its_library() -> None:
+    assert _doors_loaded("actors.data") == ["ray.data"]
+    assert _doors_loaded("actors.serve") == ["ray.serve"]

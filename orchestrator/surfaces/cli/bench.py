@@ -245,3 +245,29 @@ def bench_chaos_command(
     _write_json(json_file, figures.summary())
     if not figures.ok:
         fail("the chaos run broke a promise (see above)")
+
+
+@bench_app.command("data")
+def bench_data_command(
+    rows: Annotated[int, typer.Option(min=1, help="Rows, one session each.")] = 10_000,
+    concurrency: Annotated[int, typer.Option(min=1, help="Ray Data actors running sessions.")] = 1,
+    in_flight: Annotated[int, typer.Option(min=1, help="Sessions each Ray Data actor runs at once.")] = 512,
+    batch_size: Annotated[int, typer.Option(min=1, help="Rows per Ray Data batch.")] = 128,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """N sessions (a two-step agent) through Ray Data beside a plain asyncio.gather: rows/s, peak memory."""
+    from actors.bench.data import DataRun, as_json, bench_data, format_data
+
+    console = stdout()
+
+    def progress(run: DataRun) -> None:
+        console.print(
+            f"{run.way}: {run.rows} rows in {run.wall_s:.1f} s ({run.rows_per_s:.1f} rows/s)", highlight=False
+        )
+
+    console.print(f"bench data: {rows} rows, Ray Data with {concurrency} actor(s) x {in_flight} in flight")
+    runs = asyncio.run(
+        bench_data(rows, concurrency=concurrency, in_flight=in_flight, batch_size=batch_size, progress=progress)
+    )
+    console.print(format_data(runs), highlight=False, soft_wrap=True)
+    _write_json(json_file, as_json(runs))

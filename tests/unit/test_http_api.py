@@ -529,10 +529,10 @@ async def test_openapi_describes_every_route(runtime: LocalRuntime) -> None:
     session = "/api/sessions/{session_id}"
     routes = {("/api/sessions", "post"), ("/api/sessions", "get"), ("/api/chat", "post")}
     routes |= {(f"{session}/{name}", "post") for name in ROUTE_COMMANDS}
-    routes |= {(f"{session}/{name}", "get") for name in ("state", "messages", "info", "events")}
+    routes |= {(f"{session}/{name}", "get") for name in ("state", "messages", "info", "events", "log", "subagents")}
     routes |= {("/api/chat/{session_id}/stream", "get"), ("/api/chat/{session_id}/messages", "get")}
     documented = {(path, method) for path, item in document["paths"].items() for method in item}
-    assert documented == routes and len(routes) == 24  # 22, and reset and fork
+    assert documented == routes and len(routes) == 26  # 22, reset and fork, the inspector's log and sub-agents
     events = document["paths"]["/api/sessions/{session_id}/events"]["get"]["responses"]["200"]["content"]
     assert "text/event-stream" in events
     chat = document["paths"]["/api/chat"]["post"]

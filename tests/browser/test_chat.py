@@ -16,6 +16,7 @@ from playwright.async_api import Locator, Page, Route, expect
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.run.agent import Agent
 from tests.browser.conftest import WAIT, SiteFactory
+from tests.fixtures.agents import Counter, approving_tree
 from tests.unit.http_helpers import gate, shopper
 from tools import tool
 
@@ -370,3 +371,53 @@ async def test_fork_from_a_message(open_site: SiteFactory) -> None:
         await expect(page.locator(TOP_ASSISTANT)).to_contain_text("One, two, three.")
         await expect(page.get_by_label("Message", exact=True)).to_have_value("check twice")
         await expect(page.locator("#session-list")).to_contain_text(session_of(page))
+
+
+async def test_an_approval_two_sub_agents_deep_is_answered_in_place(open_site: SiteFactory) -> None:
+    async with open_site(approving_tree(Counter())) as site:
+        page = await site.page()
+        await ready(page)
+        await send(page, "a mug please")
+        researcher = tool_part(page, "delegate_to_researcher")
+        buyer = researcher.locator(
+            ".nested-run .part.tool[data-call-id]", has=page.locator(".tool-name", has_text="delegate_to_buyer")
+        )
+        cart = buyer.locator(".nested-run .part.tool", has=page.locator(".tool-name", has_text="add_to_cart"))
+        await expect(cart).to_have_attribute("data-state", "awaiting-confirmation", timeout=WAIT)
+        await cart.get_by_role("button", name="Approve").click()
+        await expect(cart).to_have_attribute("data-state", "done", timeout=WAIT)
+        await expect(cart.locator(".tool-output")).to_have_text("Added.")
+        await turns_done(page, 1)
+        await expect(page.locator(f"{TOP_ASSISTANT} > .parts > .part.text")).to_have_text("Ok.")
+        # every nested run is collapsible, and stays as the person left it
+        summary = researcher.locator("summary.nested-summary").first
+        await summary.click()
+        await expect(researcher.locator("details.nested").first).not_to_have_attribute("open", "")
+
+
+async def test_a_failed_turn_shows_one_error(open_site: SiteFactory) -> None:
+    async with open_site(shopper) as site:
+        page = await site.page()
+        await ready(page)
+        await send(page, "error please")
+        await turns_done(page, 1)
+        await expect(page.get_by_role("alert")).to_have_count(1, timeout=WAIT)
+        await expect(page.locator(".run-error")).to_have_text("Error (rate_limited): The model is over capacity")
+        await expect(page.locator("#notice")).to_have_text("")
+        await expect(page.locator("#retry")).to_be_enabled()
+
+
+async def test_pause_after_the_turn_holds_input_until_resume(open_site: SiteFactory) -> None:
+    async with open_site(shopper) as site:
+        page = await site.page()
+        await ready(page)
+        await page.get_by_role("button", name="Pause after turn").click()
+        await expect(page.locator("#resume")).to_be_enabled(timeout=WAIT)
+        await expect(page.locator("#pause-now")).to_be_disabled()
+        await send(page, "count while paused")
+        await expect(page.locator(".queue-item .queue-text")).to_have_value("count while paused", timeout=WAIT)
+        await expect(page.locator(TOP_ASSISTANT)).to_have_count(0)
+        await page.get_by_role("button", name="Resume").click()
+        await turns_done(page, 1)
+        await expect(page.locator(TOP_ASSISTANT)).to_contain_text("One, two, three.")
+        await expect(page.locator("#resume")).to_be_disabled()

@@ -252,7 +252,7 @@ async def test_two_tabs_on_one_session_converge(open_site: SiteFactory) -> None:
     async with open_site() as site:
         one = await site.page()
         await ready(one)
-        two = await site.page(f"/#{session_of(one)}")
+        two = await site.page(f"/#{session_of(one)}", width=375, height=812)
         await ready(two)
         await send(one, "Hi! I'm looking for a gift for a coffee lover.")
         await send(two, "Yes, please compare prices first.")  # queued behind the first, from the other tab
@@ -260,6 +260,10 @@ async def test_two_tabs_on_one_session_converge(open_site: SiteFactory) -> None:
         await turns_done(two, 2)
         assert await one.locator("#transcript").inner_text() == await two.locator("#transcript").inner_text()
         await expect(two.locator(".nested-run pre.table")).to_contain_text("Mugworks")
+        # at 375 px the table scrolls in its own box; nothing else is wider than the screen
+        transcript = two.locator("#transcript")
+        assert await transcript.evaluate("t => t.scrollWidth <= t.clientWidth"), "the conversation overflows at 375 px"
+        assert await two.evaluate("() => document.scrollingElement.scrollWidth") <= 375
 
 
 @tool

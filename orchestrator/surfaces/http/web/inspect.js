@@ -127,6 +127,7 @@ function brief(event) {
   }
   if (event.type === "ai.input") return `${p.role || "user"}: ${p.text || ""}`.slice(0, 80);
   if (event.type === "ai.stream") return `${(p.parts || []).length} parts`;
+  if (event.type === "ai.nested") return `${p.callId} #${p.seq}: ${(p.actions || []).length} actions`;
   if (p.name) return String(p.name);
   const keys = Object.keys(p);
   return keys.length ? keys.slice(0, 4).join(", ") : "—";

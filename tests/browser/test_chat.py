@@ -425,3 +425,20 @@ async def test_pause_after_the_turn_holds_input_until_resume(open_site: SiteFact
         await turns_done(page, 1)
         await expect(page.locator(TOP_ASSISTANT)).to_contain_text("One, two, three.")
         await expect(page.locator("#resume")).to_be_disabled()
+
+
+async def test_a_new_conversation_clears_the_page_and_the_session_goes_on(open_site: SiteFactory) -> None:
+    async with open_site(shopper) as site:
+        page = await site.page()
+        await ready(page)
+        await send(page, "count first")
+        await turns_done(page, 1)
+        sid = session_of(page)
+        await page.get_by_role("button", name="New conversation").click()
+        await expect(page.locator(TOP_USER)).to_have_count(0, timeout=WAIT)
+        await expect(page.locator(TOP_ASSISTANT)).to_have_count(0)
+        assert session_of(page) == sid
+        await send(page, "check again")
+        await turns_done(page, 1)
+        await expect(page.locator(f"{TOP_USER} .part.text")).to_have_text("check again")
+        await expect(page.locator(TOP_ASSISTANT)).to_contain_text("Yes, $5.")

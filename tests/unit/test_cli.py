@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import structlog
 from rich.console import Console
@@ -544,6 +545,9 @@ async def test_serve_config_builds_the_app() -> None:
     assert isinstance(served["app"], FastAPI) and (served["host"], served["port"]) == ("127.0.0.1", 8123)
     out = console.export_text()
     assert "serving buyer on http://127.0.0.1:8123" in out and "1 API key" in out
+    assert "the web chat at /" in out
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served["app"]), base_url="http://test") as http:
+        assert (await http.get("/")).headers["content-type"].startswith("text/html")
 
 
 def test_merge_keys() -> None:

@@ -442,3 +442,30 @@ async def test_a_new_conversation_clears_the_page_and_the_session_goes_on(open_s
         await turns_done(page, 1)
         await expect(page.locator(f"{TOP_USER} .part.text")).to_have_text("check again")
         await expect(page.locator(TOP_ASSISTANT)).to_contain_text("Yes, $5.")
+
+
+async def test_steer_redirects_the_running_turn(open_site: SiteFactory) -> None:
+    first, second = gate_name("sa"), gate_name("sb")
+    async with open_site(shopper) as site:
+        page = await site.page()
+        await ready(page)
+        await send(page, f"gate {first} {second}")
+        await gate(first).reached(timeout=WAIT / 1000)
+        await expect(page.locator("#steer")).to_be_disabled()  # nothing typed yet
+        steer = f"gate {first} {second} (steered)"
+        await page.get_by_label("Message", exact=True).fill(steer)
+        await page.get_by_role("button", name="Steer").click()
+        await expect(page.get_by_label("Message", exact=True)).to_have_value("")
+        gate(first).open()
+        gate(second).open()
+        await expect(page.locator(f"{TOP_USER} .part.text")).to_have_text(
+            [f"gate {first} {second}", steer], timeout=WAIT
+        )
+        await expect(page.locator("body[data-executing=false]")).to_have_count(1, timeout=WAIT)
+        await expect(page.locator(TOP_ASSISTANT).last).to_contain_text("All done: four.")
+        await expect(page.locator("#notice")).to_have_text("")
+        session = site.runtime.session(session_of(page), agent=site.agent)
+        assert len({m.id for m in (await session.messages()) if m.role == "user"}) == 2
+        events = await site.runtime.store.read(session.id)
+        finished = [e.payload["outcome"] for e in events if e.type == "ai.turn.finished"]
+        assert finished == ["handed-off", "completed"]  # the turn handed off to its steering after its step

@@ -226,7 +226,9 @@ class LiveView(Generic[SessionT, TurnT]):
             known = _with_turn(known, mutation["turn"], mutation["lastTurn"])
         elif kind == "interaction":
             wire = mutation["interaction"]
-            interaction = Interaction(wire["id"], wire["callId"], wire["name"], wire["prompt"], wire["status"])
+            interaction = Interaction(
+                wire["id"], wire["callId"], wire["name"], wire["prompt"], wire["status"], wire.get("reason")
+            )
             known = known.with_(interactions={**known.interactions, interaction.id: interaction})
         elif kind == "app":
             known = known.with_(app=dict(mutation["app"]))

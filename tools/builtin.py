@@ -1,9 +1,9 @@
-"""The built-in demo tools: a shopping cart and a price lookup.
+"""The built-in demo tools: a shopping cart, a price lookup and a checkout that asks first.
 
 They back the shipped configs (``configs/shop.yaml``, ``configs/openai.yaml``) and the benchmark,
 so they are cheap and deterministic: each sleeps a millisecond or two, as a fast service would,
 and returns a fixed answer. Configs name them by their registered names (``add_to_cart``,
-``lookup_price``); ``BUILTIN_TOOLS`` is what ``orchestrator.surfaces.config`` registers.
+``lookup_price``, ``checkout``); ``BUILTIN_TOOLS`` is what ``orchestrator.surfaces.config`` registers.
 
 The cart lives in this process, one per session. ``add_to_cart`` is ``recovery="report"``: a
 crash mid-call is reported to the model rather than rerun, because adding twice must not happen
@@ -21,7 +21,7 @@ from typing import Final
 from tools.context import ToolContext
 from tools.tool import Tool, tool
 
-__all__ = ["BUILTIN_TOOLS", "add_to_cart", "cart", "clear_carts", "lookup_price"]
+__all__ = ["BUILTIN_TOOLS", "add_to_cart", "cart", "checkout", "clear_carts", "lookup_price"]
 
 _RECENT_CALLS: Final = 1024
 """Call ids remembered per session for idempotency: a rerun concerns a recent call, and a
@@ -84,7 +84,30 @@ async def lookup_price(slug: str) -> str:
         slug: The product's identifier, e.g. "mug".
     """
     await asyncio.sleep(0.001)
-    return "4.99"
+    return PRICE
+
+
+PRICE: Final = "4.99"
+"""What ``lookup_price`` answers for every product (the demo's one price, in US dollars)."""
+
+
+@tool(recovery="report", needs_approval=True)
+async def checkout(payment: str = "card", *, ctx: ToolContext) -> str:
+    """Place the order for everything in the user's cart; the user approves it first.
+
+    Args:
+        payment: How the user pays: "card" or "invoice".
+        ctx: The call's context (not shown to the model): the session's cart.
+    """
+    if payment not in ("card", "invoice"):
+        raise ValueError(f"payment must be 'card' or 'invoice', not {payment!r}")
+    await asyncio.sleep(0.002)
+    items = cart(ctx.session_id)
+    if not items:
+        return "The cart is empty: nothing was ordered."
+    lines = ", ".join(f"{qty} x {slug}" for slug, qty in sorted(items.items()))
+    total = sum(items.values()) * float(PRICE)
+    return f"Order placed: {lines}, ${total:.2f}, paid by {payment}."
 
 
 def cart(session_id: str) -> dict[str, int]:
@@ -100,5 +123,5 @@ def clear_carts() -> None:
         _carts.clear()
 
 
-BUILTIN_TOOLS: Final[dict[str, Tool]] = {t.name: t for t in (add_to_cart, lookup_price)}
+BUILTIN_TOOLS: Final[dict[str, Tool]] = {t.name: t for t in (add_to_cart, lookup_price, checkout)}
 """The built-in tools by registered name."""

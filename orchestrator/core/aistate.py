@@ -181,6 +181,8 @@ class Interaction:
     """What to ask."""
     status: Literal["pending", "approved", "denied", "closed"] = "pending"
     """``pending`` until answered; ``closed`` when a handoff or stop ended the turn first."""
+    reason: str | None = None
+    """What the user wrote with the answer (a denial's reason), kept so every reader shows it."""
 
 
 @dataclass(frozen=True, slots=True)

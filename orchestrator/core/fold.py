@@ -411,7 +411,9 @@ def _apply_respond(state: AIState, body: Respond) -> tuple[AIState, list[Session
         return state, []
     interactions = {
         **state.interactions,
-        interaction.id: replace(interaction, status="approved" if body.approved else "denied"),
+        interaction.id: replace(
+            interaction, status="approved" if body.approved else "denied", reason=body.reason or None
+        ),
     }
     if body.approved:
         return state.with_(

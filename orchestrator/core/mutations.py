@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core._pvec import PVec
-from orchestrator.core.aistate import AIState
+from orchestrator.core.aistate import AIState, Interaction
 from orchestrator.core.parts import AgentMessage, MessagePart, NestedRun, TextPart, ToolPart, revised
 from orchestrator.core.state import SessionError, SessionState, make_state
 from orchestrator.core.wire import (
@@ -31,7 +31,7 @@ from orchestrator.core.wire import (
     run_status_to_wire,
 )
 
-__all__ = ["ClientView", "Mutation", "diff", "info_of", "turn_of"]
+__all__ = ["ClientView", "Mutation", "diff", "info_of", "interaction_to_wire", "turn_of"]
 
 Mutation = dict[str, Any]
 
@@ -56,6 +56,20 @@ def turn_of(state: AIState) -> dict[str, Any] | None:
             "index": step.turn_step,
         }
     return turn
+
+
+def interaction_to_wire(interaction: Interaction) -> dict[str, Any]:
+    """An interaction on the wire: ``{id, callId, name, prompt, status, reason?}``."""
+    out: dict[str, Any] = {
+        "id": interaction.id,
+        "callId": interaction.call_id,
+        "name": interaction.name,
+        "prompt": interaction.prompt,
+        "status": interaction.status,
+    }
+    if interaction.reason is not None:
+        out["reason"] = interaction.reason
+    return out
 
 
 def info_of(state: AIState) -> dict[str, Any]:
@@ -86,18 +100,7 @@ def diff(before: AIState, after: AIState, index: int) -> list[Mutation]:
     if before.interactions is not after.interactions:
         for key, interaction in after.interactions.items():
             if before.interactions.get(key) != interaction:
-                out.append(
-                    {
-                        "type": "interaction",
-                        "interaction": {
-                            "id": interaction.id,
-                            "callId": interaction.call_id,
-                            "name": interaction.name,
-                            "prompt": interaction.prompt,
-                            "status": interaction.status,
-                        },
-                    }
-                )
+                out.append({"type": "interaction", "interaction": interaction_to_wire(interaction)})
     if (
         before.inbox != after.inbox
         or before.active != after.active

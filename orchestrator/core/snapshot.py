@@ -31,9 +31,11 @@ from orchestrator.core.wire import pack, parse_state, state_to_wire, unpack
 
 __all__ = ["FOLD_VERSION", "decode_state", "encode_state", "snapshot_key"]
 
-FOLD_VERSION = "ai.v3"
+FOLD_VERSION = "ai.v4"
 """The built-in fold's snapshot identity; bump it whenever ``orchestrator.core.fold`` changes meaning
-(``v2``: pending commands hold typed payloads; ``v3``: a contract's reducer folds every event)."""
+(``v2``: pending commands hold typed payloads; ``v3``: a contract's reducer folds every event;
+``v4``: an answered interaction keeps the user's reason, and a tool record the recovery policy
+its start recorded)."""
 
 _TYPES: dict[str, type[Any]] = {
     cls.__name__: cls

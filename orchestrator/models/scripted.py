@@ -8,6 +8,7 @@ current turn. So a session recovered after a crash replays exactly what it would
 A step is a list of items, the same in Python and YAML::
 
     {"text": "Adding them now.", "chunk": 4}   # streamed as 4-character deltas (default: one delta)
+    {"text": "Hello!", "chunk": 2, "pace": 0.03}  # and 30 ms apart, so a person sees it stream (demos)
     {"reasoning": "The cart is updated."}
     {"tool": "add_to_cart", "input": {"slug": "mug"}, "id": "call-1"}   # id optional
     {"error": "Couldn't reach the assistant.", "code": "network"}       # the step fails here
@@ -34,7 +35,7 @@ from orchestrator.models.catalog import ModelLimits
 __all__ = ["ScriptedModel", "check_script"]
 
 _KEYS = {
-    "text": {"text", "chunk"},
+    "text": {"text", "chunk", "pace"},
     "reasoning": {"reasoning"},
     "tool": {"tool", "input", "id"},
     "error": {"error", "code"},
@@ -74,6 +75,9 @@ def check_script(steps: Any, where: str = "ScriptedModel") -> list[list[dict[str
                 or item.get("chunk", 1) < 1
             ):
                 raise ConfigError(f"{at}: 'text' must be a string and 'chunk' a positive integer")
+            pace = item.get("pace", 0)
+            if kind == "text" and (isinstance(pace, bool) or not isinstance(pace, int | float) or not 0 <= pace <= 5):
+                raise ConfigError(f"{at}: 'pace' must be the seconds between two chunks, from 0 to 5, e.g. 0.03")
             if kind == "tool" and (not isinstance(item["tool"], str) or not item["tool"]):
                 raise ConfigError(f"{at}: 'tool' must name a tool")
             if kind == "error" and item.get("code") is not None and item["code"] not in ERROR_CODES:
@@ -167,9 +171,10 @@ class ScriptedModel:
             if "text" in item:
                 text: str = item["text"]
                 size = int(item.get("chunk") or len(text) or 1)
+                pace = float(item.get("pace") or 0)
                 for start in range(0, len(text), size):
                     yield TextDelta(text[start : start + size])
-                    await asyncio.sleep(0)
+                    await asyncio.sleep(pace)
                     if signal.is_cancelled():
                         return
             elif "reasoning" in item:

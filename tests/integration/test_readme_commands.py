@@ -105,7 +105,7 @@ def test_the_http_examples_work_with_curl(workdir: Path) -> None:
     created, prompted, events = outputs
     assert json.loads(created)["id"] == "s-1"
     answer = json.loads(prompted)
-    assert answer["success"] is True and "C099" in answer["text"], answer
+    assert answer["success"] is True and "stoneware mug" in answer["text"], answer
     assert "event: " in events and "id: " in events and "data: " in events
 
 

@@ -370,7 +370,7 @@ def strip_ui(message: Mapping[str, Any]) -> dict[str, Any]:
             continue
         clean = {k: v for k, v in part.items() if v is not None and k not in ("providerMetadata", "rawInput")}
         if "approval" in clean:
-            clean["approval"] = {k: v for k, v in clean["approval"].items() if k in ("id", "approved")}
+            clean["approval"] = {k: v for k, v in clean["approval"].items() if k in ("id", "approved", "reason")}
         parts.append(clean)
     out = {"id": message["id"], "role": message["role"], "parts": parts}
     if message.get("metadata") is not None:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import structlog
 from rich.console import Console
@@ -41,6 +42,7 @@ from tools import tool
 
 REPO = Path(__file__).resolve().parents[2]
 SHOP = REPO / "configs" / "shop.yaml"
+BENCH = REPO / "configs" / "bench-shop.yaml"
 runner = CliRunner()
 
 
@@ -68,7 +70,7 @@ def record(**options: Any) -> Console:
 async def shop_store(tmp_path: Path) -> str:
     """A SQLite store holding one finished shop session ``s-shop`` (and its sub-agent's)."""
     url = f"sqlite:///{tmp_path / 'x.db'}"
-    agent = load_agent(SHOP)
+    agent = load_agent(BENCH)
     async with LocalRuntime(store=url) as runtime:
         turn = await runtime.session("s-shop", agent=agent).prompt("two mugs")
         result = await turn.finished
@@ -166,12 +168,14 @@ def test_bad_store_url_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 def test_run_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = invoke("run", "--local", str(SHOP), "--prompt", "hi", "--session-id", "s-1")
+    result = invoke("run", "--local", str(SHOP), "--session-id", "s-1")  # the demo's three default turns
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "hi" in out and "A000A001" in out and "C000C001" in out
-    assert '⚙ add_to_cart {"slug": "mug", "qty": 2} → Added.  ✓ done' in out
-    assert "researcher" in out and '⚙ lookup_price {"slug": "mug"} → 4.99  ✓ done' in out
+    assert all(prompt in out for prompt in DEFAULT_PROMPTS)
+    assert "welcome to the Troupe shop" in out and "Total: $9.98" in out
+    assert '⚙ add_to_cart {"slug": "stoneware-mug", "qty": 2} → Added.  ✓ done' in out
+    assert "researcher" in out and '⚙ lookup_price {"slug": "stoneware-mug"} → 4.99  ✓ done' in out
+    assert "| Café Supply Co. | $5.75 | $3.95    | $9.70 |" in out  # the researcher's table, nested
     assert "turn results" in out and "completed" in out
     assert (tmp_path / "troupe.db").is_file()  # the embedded default store, in the working folder
     listed = invoke("sessions", "list")
@@ -180,7 +184,7 @@ def test_run_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_run_local_many_sessions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    result = invoke("run", "--local", str(SHOP), "--sessions", "3", "--session-id", "load")
+    result = invoke("run", "--local", str(BENCH), "--sessions", "3", "--session-id", "load")
     assert result.exit_code == 0, result.output
     assert "summary" in result.stdout
     assert "9/9" in result.stdout  # 3 sessions x the shop's 3 prompts
@@ -199,10 +203,10 @@ def test_run_fails_with_exit_code_1(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "failed" in result.stdout and "The model is down" in result.stdout
 
 
-def test_default_prompts_are_the_shop_workload() -> None:
+def test_the_demo_is_not_the_benchmark_workload() -> None:
     from actors.bench.shop import PROMPTS
 
-    assert DEFAULT_PROMPTS == PROMPTS
+    assert DEFAULT_PROMPTS != PROMPTS  # troupe run shows the demo; troupe bench shop keeps its own turns
 
 
 # -- sessions ---------------------------------------------------------------------------------------
@@ -344,7 +348,7 @@ def test_log_format_json(shop_store: str, capsys: pytest.CaptureFixture[str]) ->
 
 
 async def test_chat_loop_scripted_input() -> None:
-    agent = load_agent(SHOP)
+    agent = load_agent(BENCH)
     console = record()
     async with LocalRuntime() as runtime:
         session = runtime.session("chat-1", agent=agent)
@@ -360,7 +364,7 @@ async def test_chat_loop_scripted_input() -> None:
 async def test_chat_loop_reset_starts_a_new_conversation() -> None:
     console = record()
     async with LocalRuntime() as runtime:
-        session = runtime.session("chat-reset", agent=load_agent(SHOP))
+        session = runtime.session("chat-reset", agent=load_agent(BENCH))
         assert await chat_loop(session, ["hello", "/reset", "hello again", "/quit"], console, assistant="shop") == 0
         messages = await session.messages()
         events = await runtime.store.read("chat-reset")
@@ -542,6 +546,9 @@ async def test_serve_config_builds_the_app() -> None:
     assert isinstance(served["app"], FastAPI) and (served["host"], served["port"]) == ("127.0.0.1", 8123)
     out = console.export_text()
     assert "serving buyer on http://127.0.0.1:8123" in out and "1 API key" in out
+    assert "the web chat at /" in out
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served["app"]), base_url="http://test") as http:
+        assert (await http.get("/")).headers["content-type"].startswith("text/html")
 
 
 def test_merge_keys() -> None:

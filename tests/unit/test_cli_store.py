@@ -33,7 +33,9 @@ async def _filled_sqlite(path: Path) -> str:
     """A SQLite store with a real shop session (and its sub-agent's) and two synthetic ones."""
     url = f"sqlite:///{path}"
     async with LocalRuntime(store=url) as runtime:
-        turn = await runtime.session("s-shop", agent=load_agent(REPO / "configs" / "shop.yaml")).prompt("two mugs")
+        turn = await runtime.session("s-shop", agent=load_agent(REPO / "configs" / "bench-shop.yaml")).prompt(
+            "two mugs"
+        )
         await turn.finished
     store = open_store(url)
     try:

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator.core.commands import SendInput
+from orchestrator.core.approvals import pending_approvals
+from orchestrator.core.commands import Respond, SendInput
 from orchestrator.core.errors import ConfigError, ModelError, UsageError
+from orchestrator.core.parts import ToolPart
 from orchestrator.models.openai import OpenAIChatModel
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.run.agent import Compaction
@@ -31,12 +33,14 @@ from orchestrator.surfaces.config import (
     unregister_model,
     unregister_tool,
 )
+from orchestrator.testing import eventually
 from orchestrator.testing_openai import FakeOpenAIServer, StreamReply, completion_stream, text_stream, tool_call_deltas
 from tools import Tool, tool
-from tools.builtin import BUILTIN_TOOLS, add_to_cart, cart, lookup_price
+from tools.builtin import BUILTIN_TOOLS, add_to_cart, cart, checkout, lookup_price
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SHOP = CONFIGS / "shop.yaml"
+BENCH_SHOP = CONFIGS / "bench-shop.yaml"
 OPENAI = CONFIGS / "openai.yaml"
 RUNTIME = CONFIGS / "runtime.yaml"
 
@@ -74,21 +78,23 @@ def test_shop_config_has_the_demo_agents() -> None:
     shop = config.agent()
     assert shop.name == "shop"
     assert shop.instructions == "You help the user shop."
-    assert [t.name for t in shop.tools if isinstance(t, Tool)] == ["add_to_cart"]
-    assert shop.tools[0] is add_to_cart
+    assert [t.name for t in shop.tools if isinstance(t, Tool)] == ["add_to_cart", "checkout"]
+    assert shop.tools == (add_to_cart, checkout)
+    assert checkout.needs_approval is True
     assert [a.name for a in shop.agents] == ["researcher"]
     researcher = shop.agents[0]
     assert researcher is config.agents["researcher"]
     assert researcher.tools == (lookup_price,)
     assert researcher.description
-    for agent, steps in ((shop, 3), (researcher, 2)):
-        assert isinstance(agent.model, ScriptedModel)
-        assert len(agent.model.steps) == steps
-        assert agent.model.per_turn is True
+    assert isinstance(shop.model, ScriptedModel) and isinstance(researcher.model, ScriptedModel)
+    assert (len(shop.model.steps), shop.model.per_turn) == (7, False)  # one conversation, in order
+    assert (len(researcher.model.steps), researcher.model.per_turn) == (2, True)  # every delegation
 
 
-def test_shop_config_plays_the_benchmark_workload_exactly() -> None:
-    shop = load_agent(SHOP, env={})
+def test_bench_shop_config_plays_the_benchmark_workload_exactly() -> None:
+    # the same steps as actors.bench.shop.shop_agent(), which troupe bench shop runs (that module needs Ray)
+    shop = load_agent(BENCH_SHOP, env={})
+    assert [t.name for t in shop.tools if isinstance(t, Tool)] == ["add_to_cart"]
     assert isinstance(shop.model, ScriptedModel)
     assert shop.model.steps == [
         [{"text": chunks("A", 50), "chunk": 4}, {"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}}],
@@ -101,10 +107,11 @@ def test_shop_config_plays_the_benchmark_workload_exactly() -> None:
         [{"text": chunks("R", 50), "chunk": 4}, {"tool": "lookup_price", "input": {"slug": "mug"}}],
         [{"text": chunks("S", 50), "chunk": 4}, {"finish": "stop"}],
     ]
+    assert shop.model.per_turn and researcher.model.per_turn
 
 
-async def test_shop_agent_runs_a_turn_end_to_end() -> None:
-    agent = load_agent(SHOP, env={})
+async def test_bench_shop_agent_runs_a_turn_end_to_end() -> None:
+    agent = load_agent(BENCH_SHOP, env={})
     sessions = LocalSessions(open_store("memory://"))
     try:
         runner = await sessions.open("s-config-1", agent)
@@ -119,6 +126,37 @@ async def test_shop_agent_runs_a_turn_end_to_end() -> None:
         assert again.outcome == "completed"
         assert again.text == chunks("C", 100)
         assert cart("s-config-1") == {"mug": 4}
+    finally:
+        await sessions.close()
+
+
+async def test_the_shop_demo_is_a_conversation_that_checks_out_after_approval() -> None:
+    agent = load_agent(SHOP, env={})
+    sessions = LocalSessions(open_store("memory://"))
+    try:
+        runner = await sessions.open("s-demo-1", agent)
+        texts = []
+        for n, prompt in enumerate(("Hi!", "Compare prices, please.", "What's in my cart?"), start=1):
+            await runner.submit(SendInput(f"u-{n}", prompt))
+            outcome = await runner.wait_input(f"u-{n}", timeout=20)
+            assert outcome.outcome == "completed", outcome.error
+            texts.append(outcome.text)
+        assert "Shall I compare prices" in texts[0] and "best price" in texts[1] and "Total: $9.98" in texts[2]
+        assert cart("s-demo-1") == {"stoneware-mug": 2}
+        table = runner.state.messages.at(3).parts[1]  # the delegate call, with the researcher's run inside
+        assert isinstance(table, ToolPart) and table.agent is not None and isinstance(table.output, str)
+        assert "| Mugworks        | $6.50 | $2.00    | $8.50 |" in table.output
+        await runner.submit(SendInput("u-4", "Check out, please."))
+        pending = await eventually(lambda: pending_approvals(runner.state) or None, timeout=20)
+        await runner.submit(Respond("r-1", pending[0].id, True))
+        outcome = await runner.wait_input("u-4", timeout=20)
+        assert outcome.outcome == "completed", outcome.error
+        assert "Your order is placed" in outcome.text
+        messages = runner.state.messages
+        checkout_part = messages.at(len(messages) - 1).parts[1]
+        assert isinstance(checkout_part, ToolPart) and checkout_part.output == (
+            "Order placed: 2 x stoneware-mug, $9.98, paid by card."
+        )
     finally:
         await sessions.close()
 
@@ -434,7 +472,7 @@ def test_unknown_tool_lists_the_registered_ones(tmp_path: Path) -> None:
     path = tmp_path / "troupe.yaml"
     assert message == (
         f"unknown tool 'add_to_kart' at agents.shop.tools[0] in {path}, line 4; did you mean 'add_to_cart'? "
-        "registered tools: add_to_cart, lookup_price; or give an import path like 'mypkg.tools:add_to_kart'"
+        "registered tools: add_to_cart, checkout, lookup_price; or give an import path like 'mypkg.tools:add_to_kart'"
     )
 
 
@@ -514,6 +552,8 @@ def test_bad_scripted_steps_name_the_item(tmp_path: Path) -> None:
     assert "exactly one of" in script_error("[[{text: Hi}], [{texts: Hi}]]")
     assert "at agents.shop.model.scripted[1][0]" in script_error("[[{text: Hi}], [{texts: Hi}]]")
     assert "'chunk' a positive integer" in script_error("[[{text: Hi, chunk: 0}]]")
+    assert "'pace' must be the seconds between two chunks" in script_error("[[{text: Hi, pace: -1}]]")
+    assert "'pace' must be the seconds between two chunks" in script_error("[[{text: Hi, pace: slow}]]")
     assert "quote the text: YAML reads yes" in script_error("[[{text: yes}]]")
     assert "'code' must be one of" in script_error("[[{error: boom, code: teapot}]]")
     assert "a step must be a list of items, not a mapping at agents.shop.model.scripted[0]" in script_error(

@@ -17,7 +17,7 @@ import pytest
 
 from actors.local import LocalRuntime
 from orchestrator.core.aistate import AIState
-from orchestrator.core.mutations import ClientView
+from orchestrator.core.mutations import ClientView, diff
 from orchestrator.core.wire import parse_state, state_to_wire
 from orchestrator.surfaces.http import create_app
 from orchestrator.testing import eventually
@@ -242,6 +242,42 @@ async def test_respond_to_an_approval(client: httpx.AsyncClient, runtime: LocalR
     assert again.json()["reason"] == "not-pending"
     done = await until(runtime, sid, lambda s: s.active is None)
     assert "Done." in done.messages.at(len(done.messages) - 1).text
+
+
+async def test_a_denial_keeps_the_users_reason_everywhere(client: httpx.AsyncClient, runtime: LocalRuntime) -> None:
+    sid = await new_session(client)
+    await client.post(f"/api/sessions/{sid}/messages", json={"text": "buy a mug"})
+    state = await until(runtime, sid, lambda s: any(i.status == "pending" for i in s.interactions.values()))
+    interaction = next(iter(state.interactions.values()))
+    pending_at = (await client.get(f"/api/sessions/{sid}/state")).json()["index"]
+    answer = await client.post(
+        f"/api/sessions/{sid}/respond",
+        json={"interactionId": interaction.id, "approved": False, "reason": "too pricey"},
+    )
+    assert answer.json()["outcome"] == "applied"
+    await until(runtime, sid, lambda s: s.active is None)
+    # the session state (what the web chat and SSE snapshots show) ...
+    wire = (await client.get(f"/api/sessions/{sid}/state")).json()["state"]
+    assert wire["interactions"] == [
+        {
+            "id": interaction.id,
+            "callId": interaction.call_id,
+            "name": "buy",
+            "prompt": interaction.prompt,
+            "status": "denied",
+            "reason": "too pricey",
+        }
+    ]
+    # ... and the AI SDK's reload (useChat's initial messages)
+    ui = (await client.get(f"/api/chat/{sid}/messages")).json()
+    tool = next(p for m in ui for p in m["parts"] if p["type"] == "tool-buy")
+    assert tool["state"] == "output-denied"
+    assert tool["approval"] == {"id": interaction.id, "approved": False, "reason": "too pricey"}
+    # ... and a live client, in the interaction's mutation
+    session = runtime.session(sid, agent=shopper)
+    before, after = await session.state(through=pending_at), await session.state()
+    changed = [m["interaction"] for m in diff(before.state, after.state, after.index) if m["type"] == "interaction"]
+    assert changed == [wire["interactions"][0]]
 
 
 async def test_respond_to_a_sub_agents_approval_through_the_parent(runtime: LocalRuntime) -> None:
@@ -494,10 +530,10 @@ async def test_openapi_describes_every_route(runtime: LocalRuntime) -> None:
     session = "/api/sessions/{session_id}"
     routes = {("/api/sessions", "post"), ("/api/sessions", "get"), ("/api/chat", "post")}
     routes |= {(f"{session}/{name}", "post") for name in ROUTE_COMMANDS}
-    routes |= {(f"{session}/{name}", "get") for name in ("state", "messages", "info", "events")}
+    routes |= {(f"{session}/{name}", "get") for name in ("state", "messages", "info", "events", "log", "subagents")}
     routes |= {("/api/chat/{session_id}/stream", "get"), ("/api/chat/{session_id}/messages", "get")}
     documented = {(path, method) for path, item in document["paths"].items() for method in item}
-    assert documented == routes and len(routes) == 24  # 22, and reset and fork
+    assert documented == routes and len(routes) == 26  # 22, reset and fork, the inspector's log and sub-agents
     events = document["paths"]["/api/sessions/{session_id}/events"]["get"]["responses"]["200"]["content"]
     assert "text/event-stream" in events
     chat = document["paths"]["/api/chat"]["post"]

@@ -33,6 +33,7 @@ from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta, Too
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
 from orchestrator.testing import Gate, ScriptedModel
+from tools import tool
 
 from .driver import Driver
 
@@ -327,3 +328,21 @@ async def test_the_view_sees_another_clients_changes_in_its_confirmed_state(rt: 
     await session.push(("note.added", {"text": "n"}))
     state = await live.wait_state(lambda s: s.notes == ["n"], TIMEOUT)
     assert state.inbox.paused and queued(state) == ["u-1"] and live.pending == ()
+
+
+async def test_a_denial_keeps_its_reason_in_the_confirmed_state() -> None:
+    @tool(needs_approval=True)
+    def place_order(item: str) -> str:
+        """Place an order (asks first)."""
+        return f"ordered {item}"
+
+    script = ScriptedModel([[{"tool": "place_order", "input": {"item": "mug"}}], [{"text": "Ok."}]])
+    async with LocalRuntime() as runtime:
+        live = await live_view(runtime.session("s-deny", agent=Agent("a", "x", script, tools=[place_order])))
+        await live.session.send("a mug, please", id="u-1")
+        state = await live.wait_state(lambda s: any(i.status == "pending" for i in s.interactions.values()), TIMEOUT)
+        pending = next(iter(state.interactions.values()))
+        await live.session.respond(pending.id, approved=False, reason="too pricey")
+        done = await live.wait_state(lambda s: s.interactions[pending.id].status == "denied", TIMEOUT)
+        assert done.interactions[pending.id].reason == "too pricey"
+        await live.close()

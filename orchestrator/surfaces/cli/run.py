@@ -43,11 +43,11 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_PROMPTS", "RAISED", "failed_turn", "run_command", "run_many", "run_one"]
 
 DEFAULT_PROMPTS: Final = (
-    "I would like two mugs, please.",
-    "Add two more mugs and check the price.",
-    "One more round: two mugs, and compare prices again.",
+    "Hi! I'm looking for a gift for a coffee lover.",
+    "Yes, please compare prices first.",
+    "What's in my cart?",
 )
-"""The shop workload's three turns (``actors.bench.shop.PROMPTS``)."""
+"""The shop demo's first three turns (``configs/shop.yaml``; its fourth, checkout, asks for approval)."""
 
 
 RAISED: Final = "error"

@@ -71,7 +71,7 @@ async def serve_config(
                 (agent.name, "bold"),
                 (" on ", "dim"),
                 (f"http://{host}:{port}", "bold"),
-                (f" ({auth}; docs at /docs; Ctrl-C stops)", "dim"),
+                (f" ({auth}; the web chat at /, docs at /docs; Ctrl-C stops)", "dim"),
             )
         )
         await (server or serve)(app, host=host, port=port)
@@ -89,7 +89,7 @@ def serve_command(
     local: LocalOption = False,
     agent: Annotated[str | None, typer.Option(help="Serve this agent of the config instead of its main one.")] = None,
 ) -> None:
-    """Serve the HTTP API (sessions, SSE, the AI SDK chat protocol) with uvicorn."""
+    """Serve the HTTP API (sessions, SSE, the AI SDK chat protocol) and the web chat with uvicorn."""
     main_agent, settings = load_target(config, agent)
     keys = merge_keys(api_key, settings.api_keys, os.environ.get(KEYS_ENV))
     if not keys and host not in _LOOPBACK:

@@ -93,11 +93,13 @@ class Approval:
     """The interaction id (the ``approvalId`` a client answers)."""
     status: str
     """``pending``, ``approved``, ``denied`` or ``closed``."""
+    reason: str | None = None
+    """What the user wrote with the answer (``useChat`` shows a denial's reason after a reload)."""
 
 
 def approvals_of(state: AIState) -> dict[str, Approval]:
     """The session's interactions, by the tool call they belong to."""
-    return {i.call_id: Approval(i.id, i.status) for i in state.interactions.values()}
+    return {i.call_id: Approval(i.id, i.status, i.reason) for i in state.interactions.values()}
 
 
 @dataclass(slots=True)
@@ -348,6 +350,14 @@ def to_ui_message(message: AgentMessage, approvals: Mapping[str, Approval] | Non
     return out
 
 
+def _answer(approval: Approval) -> dict[str, Any]:
+    """An answered approval as ``useChat`` holds it: ``{id, approved, reason?}`` (the user's reason kept)."""
+    out: dict[str, Any] = {"id": approval.id, "approved": approval.status == "approved"}
+    if approval.reason is not None:
+        out["reason"] = approval.reason
+    return out
+
+
 def _ui_part(part: MessagePart, approvals: Mapping[str, Approval]) -> dict[str, Any]:
     if type(part) is TextPart:
         return {"type": "text", "text": part.text, "state": "done"}
@@ -375,9 +385,9 @@ def _ui_part(part: MessagePart, approvals: Mapping[str, Approval]) -> dict[str, 
         result = part.output if part.agent is None else run_output(part.agent, part.output)
         out.update(state="output-available", input=part.input, output=result)
         if approval is not None and approval.status == "approved":
-            out["approval"] = {"id": approval.id, "approved": True}
+            out["approval"] = _answer(approval)
     elif approval is not None and approval.status == "denied":
-        out.update(state="output-denied", input=part.input, approval={"id": approval.id, "approved": False})
+        out.update(state="output-denied", input=part.input, approval=_answer(approval))
     else:
         error = part.error or ("the call was cancelled" if state == "cancelled" else "the tool failed")
         out.update(state="output-error", input=part.input, errorText=error)

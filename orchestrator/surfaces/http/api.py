@@ -21,6 +21,7 @@ from orchestrator.core.mutations import info_of
 from orchestrator.core.wire import message_to_wire
 from orchestrator.surfaces.http.deps import Context, check_session_id
 from orchestrator.surfaces.http.errors import ApiError, ErrorBody, duplicate_message
+from orchestrator.surfaces.http.inspect_api import SubPath, sub_state
 from orchestrator.surfaces.http.models import (
     CreateSession,
     EditRequest,
@@ -358,8 +359,12 @@ def session_router(ctx: Context) -> APIRouter:
     async def get_state(
         session: Owned,
         through: Annotated[int | None, Query(ge=0, description="Fold the log only through this index.")] = None,
+        sub: SubPath = None,
     ) -> StateBody:
-        """The state and the log index it reflects (``through``: as it was at that index)."""
+        """The state and the log index it reflects (``through``: as it was at that index; ``sub``: a sub-agent's)."""
+        if sub:
+            state, index = await sub_state(ctx, session.id, sub, through)
+            return StateBody(state=state, index=index)
         snapshot = await session.state(through=through)
         return StateBody(state=state_json(snapshot.state), index=snapshot.index)
 

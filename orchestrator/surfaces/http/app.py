@@ -11,7 +11,8 @@ and ``actors`` is imported for type checking only. It is a shell (it reads the c
 heartbeats, throttling and ownership timestamps); its translators (``aisdk.MessageStream``,
 ``chat.ChatTurn``) stay pure and take the time as an argument.
 
-Modules: ``api`` (session routes), ``chat_api`` (AI SDK routes), ``sse`` (the resumable mutation
+Modules: ``api`` (session routes), ``chat_api`` (AI SDK routes), ``inspect_api`` (the log),
+``web`` (the chat and inspector pages), ``sse`` (the resumable mutation
 stream), ``chat`` and ``aisdk`` (turn -> UI message chunks), ``models`` (bodies), ``errors``
 (error shape, size limit), ``owners`` (keys and ownership), ``deps``, ``state``.
 """
@@ -30,7 +31,9 @@ from orchestrator.surfaces.http.api import session_router
 from orchestrator.surfaces.http.chat_api import chat_router
 from orchestrator.surfaces.http.deps import Context
 from orchestrator.surfaces.http.errors import BodyLimit, install_handlers
+from orchestrator.surfaces.http.inspect_api import inspect_router
 from orchestrator.surfaces.http.owners import Keys, Owners
+from orchestrator.surfaces.http.web import web_router
 
 if TYPE_CHECKING:
     from actors.base import BaseRuntime
@@ -41,13 +44,15 @@ SHUTDOWN_GRACE = 3.0
 """Seconds ``serve`` lets requests finish after a stop signal before it cancels them."""
 
 DESCRIPTION = """\
-Durable agent sessions over HTTP.
+Durable agent sessions over HTTP. A web chat is at `/`, a session's inspector at `/inspect/{id}`.
 
 * **Sessions** — create, send, prompt, steer, stop, retry, queue operations, pause/resume,
   approvals, app events, state, and a resumable SSE stream of mutations
   (`GET /api/sessions/{id}/events`; reconnect with `Last-Event-ID`).
 * **Vercel AI SDK** — `POST /api/chat` speaks the UI message stream protocol
   (`x-vercel-ai-ui-message-stream: v1`), so `useChat` with `DefaultChatTransport` works as it is.
+* **Inspector** — a session's event log (`GET /api/sessions/{id}/log`), its sub-agent sessions,
+  and its state at any index (`GET /api/sessions/{id}/state?through=INDEX`).
 
 Authenticate with `Authorization: Bearer <key>`. Errors are `{"error": {"message", "field"}}`.
 A command's rejection is a normal result (HTTP 200, `outcome: "rejected"`).
@@ -95,6 +100,8 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.include_router(session_router(ctx))
     app.include_router(chat_router(ctx))
+    app.include_router(inspect_router(ctx))
+    app.include_router(web_router())
     app.state.troupe = ctx
     document = app.openapi
 

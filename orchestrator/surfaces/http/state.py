@@ -8,7 +8,7 @@ from pydantic_core import to_jsonable_python
 
 from orchestrator.core.aistate import AIState
 from orchestrator.core.approvals import nested_approvals
-from orchestrator.core.mutations import info_of, turn_of
+from orchestrator.core.mutations import info_of, interaction_to_wire, turn_of
 from orchestrator.core.wire import state_to_wire
 
 __all__ = ["state_json"]
@@ -27,8 +27,7 @@ def state_json(state: AIState) -> dict[str, Any]:
     out["active"] = turn_of(state)
     out["lastTurn"] = info["lastTurn"]
     out["interactions"] = [
-        {"id": i.id, "callId": i.call_id, "name": i.name, "prompt": i.prompt, "status": i.status}
-        for i in state.interactions.values()
+        interaction_to_wire(i) for i in state.interactions.values()
     ] + [  # a sub-agent's, answered through this session by its qualified id
         {"id": a.id, "callId": a.call_id, "name": a.name, "prompt": a.prompt, "status": "pending", "path": list(a.path)}
         for a in nested_approvals(state.messages)

@@ -96,7 +96,9 @@ class BaseRuntime:
         """How the turn that admits ``input_id`` ended, delivered with the polls of its host."""
         await self.ready_agent(session.agent_key)
         name = self.transport.host_now(session.id) or await self.transport.host_of(session.id)
-        outcome = await self._poller(name).wait(session, input_id)
+        # Shielded: the poller's future is shared by every waiter on this input, and a waiter that
+        # gives up (an HTTP ``wait`` that timed out, a retried request) must not cancel it for the rest.
+        outcome = await asyncio.shield(self._poller(name).wait(session, input_id))
         if isinstance(outcome, WaitFailed):  # e.g. the session moved to another host: ask it directly
             asked: TurnOutcome = await self.transport.call(
                 session.id, "wait_input", session.agent_key, input_id, TURN_WAIT_LIMIT

@@ -33,6 +33,7 @@ __all__ = [
     "root_session_id",
     "step_id",
     "task_input_id",
+    "tool_call_key",
 ]
 
 RESERVED_ID_PREFIX: Final = "troupe:"
@@ -89,6 +90,19 @@ def root_session_id(session_id: str) -> str:
 def task_input_id(child_id: str) -> str:
     """The id of the task input a sub-agent session starts with (stable: a re-attach replays it)."""
     return idempotent_id("troupe.task", child_id)
+
+
+def tool_call_key(session_id: str, call_id: str) -> str:
+    """The idempotency key of tool call ``call_id`` of ``session_id``: unique across the store.
+
+    Call ids are the model's and repeat across sessions (a scripted model's ``call-1-0-0`` in
+    every one; providers' ids are not promised unique either), so a side effect keyed by the call
+    id alone would merge two sessions' calls. The session id makes it unique, and the same call
+    keeps its key through retries, restarts and recoveries. Hashed (``idempotent_id``), so no
+    choice of ids can make two pairs collide and the key is a short ``id-<24 hex>`` that fits
+    any external API's idempotency-key limit.
+    """
+    return idempotent_id("troupe.tool-call", session_id, call_id)
 
 
 def approval_id(call_id: str) -> str:

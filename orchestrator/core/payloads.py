@@ -747,9 +747,14 @@ PAYLOAD_ADAPTER: Final[TypeAdapter[AIPayload]] = TypeAdapter(
         | Annotated[HandlerScheduled, _STRIP, Tag(ai.HANDLER_SCHEDULED)]
         | Annotated[HandlerFinished, _STRIP, Tag(ai.HANDLER_FINISHED)],
         Discriminator(_tag),
-    ]
+    ],
+    config=ConfigDict(defer_build=True),
 )
-"""The one validating reader of built-in payloads: ``{"type": <event type>, **payload}`` in."""
+"""The one validating reader of built-in payloads: ``{"type": <event type>, **payload}`` in.
+
+Its schema is built on first use (``defer_build``), not at import: only a payload from outside
+is validated, and building it took ~250 ms of every host process's start, which a restarted
+host (crash recovery) pays before it can re-activate anything."""
 
 
 # -- the field table ---------------------------------------------------------------------------

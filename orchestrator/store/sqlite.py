@@ -115,6 +115,7 @@ class SqliteStore:
             name="troupe-sqlite-writer",
             describe=self._url,
             busy_timeout=busy_timeout,
+            watch=self._path,
         )
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="troupe-sqlite-read")
         self._idle: list[sqlite3.Connection] = []

@@ -209,3 +209,39 @@ def bench_actors_command(
     result = asyncio.run(bench(parts=parts, trials=trials, recoveries=recoveries))
     stdout().print(show(result), highlight=False, soft_wrap=True)
     _write_json(json_file, result)
+
+
+@bench_app.command("chaos")
+def bench_chaos_command(
+    sessions: Annotated[int, typer.Option(min=1, help="Sessions to run (each --turns turns in a row).")] = 1000,
+    turns: Annotated[int, typer.Option(min=1, help="User turns per session.")] = 3,
+    kill_every: Annotated[float, typer.Option(min=0.2, help="Seconds between two faults (host SIGKILLs).")] = 2.0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Sessions running at once.")] = 200,
+    hosts: Annotated[int, typer.Option(min=1, help="Host actors (processes) to spread the sessions over.")] = 2,
+    limit: Annotated[float, typer.Option(min=1, help="Seconds the whole run may take before it fails.")] = 1800.0,
+    seed: Annotated[int, typer.Option(help="Seed of the fault schedule (which host is killed).")] = 7,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """Sessions under SIGKILLed hosts and a killed supervisor: no lost input, no repeated report effect."""
+    from actors.bench.chaos import bench_chaos, format_chaos
+
+    console = stdout()
+    console.print(
+        f"bench chaos: {sessions} sessions x {turns} turns, a host SIGKILLed every {kill_every:g} s, "
+        "the supervisor killed once"
+    )
+    figures = asyncio.run(
+        bench_chaos(
+            sessions=sessions,
+            turns=turns,
+            kill_every=kill_every,
+            concurrency=concurrency,
+            hosts=hosts,
+            seed=seed,
+            limit=limit,
+        )
+    )
+    console.print(format_chaos(figures), highlight=False, soft_wrap=True)
+    _write_json(json_file, figures.summary())
+    if not figures.ok:
+        fail("the chaos run broke a promise (see above)")

@@ -164,6 +164,9 @@ class Runtime(BaseRuntime):
         detached = self.address is not None or worker or self.owns is False
         owns_created = self.owns is not False and (not worker or self.owns is True)
         nodes = [n for n in _nodes() if n.get("Alive")]
+        warning = shared_file_warning(self.store_url, len(nodes))
+        if warning is not None:
+            log.warning("sqlite_store_on_a_cluster", store=self.store_url, nodes=len(nodes), fix=warning)
         per_node = self.hosts_per_node or max(2, int(min(n["Resources"].get("CPU", 1) for n in nodes)))
         self._per_node = per_node
         names: list[tuple[str, str | None]] = []
@@ -305,6 +308,20 @@ class Runtime(BaseRuntime):
     def sync(cls, store: str = "sqlite:///troupe.db", **options: Any) -> SyncRuntime:
         """The same runtime for code without an event loop (scripts, notebooks)."""
         return SyncRuntime(cls(store, **options))
+
+
+def shared_file_warning(store_url: str, nodes: int) -> str | None:
+    """What to do instead, when a cluster of several nodes is given one SQLite file (else ``None``).
+
+    A warning, not a refusal: nodes on one machine (a test's ``Cluster``) do share the file, but
+    the nodes of a real cluster each see a file of their own, and sessions would split between them.
+    """
+    if nodes > 1 and store_url.startswith("sqlite:"):
+        return (
+            f"{nodes} nodes share a SQLite store, which only works if they are on one machine: "
+            "give every node one PostgreSQL store (store='postgresql://…', or TROUPE_STORE)"
+        )
+    return None
 
 
 def _nodes() -> list[dict[str, Any]]:

@@ -148,7 +148,11 @@ def test_bench_store_runs_sqlite_and_a_throwaway_postgresql_side_by_side(tmp_pat
             run["parts_per_s"] > 0 and 0 < run["append_ms_p50"] <= run["append_ms_p99"] for run in figure["runs"]
         )
         assert figure["session_bytes"] > 1000
+    sqlite, postgres = figures
+    assert sqlite["follow_ms"] is None  # SQLite cannot push its commits
+    assert 0 <= postgres["follow_ms"]["p50"] <= postgres["follow_ms"]["p99"] <= postgres["follow_ms"]["max"]
     assert "postgres (throwaway server, fsync=off) event store" in result.output
+    assert "an acknowledged append reaches it in p50" in result.output
 
 
 def test_bench_store_refuses_a_store_it_cannot_make() -> None:

@@ -6,6 +6,9 @@ Two measurements, each on a fresh store (``scratch``: SQLite files, or PostgreSQ
   wire parts (4-character deltas), one event per append, appended by many sessions at once, so
   group commit is exercised as it is under load. Reported as stream parts per second, per N, with
   the latency of one append under that load (p50, p99) and the transactions it took.
+- **Following** (stores that push commits: PostgreSQL). A second store object follows a session
+  while the first appends one event every 10 ms: the time from an append's acknowledgement to the
+  follower holding it (p50, p99, max): what a ``troupe serve`` on another node waits for a write.
 - **Size.** Stored bytes (``Measurable.stored_bytes``: SQLite's checkpointed file, PostgreSQL's
   tables with their indexes and TOAST) per text-delta, and per synthetic 3-turn agent session
   built from Troupe's own event types (``three_turn_session``).
@@ -26,7 +29,7 @@ from orchestrator.core.events import Event
 from orchestrator.core.stream import TextDelta
 from orchestrator.core.wire import pack, part_to_wire
 from orchestrator.store import EventStore, open_store
-from orchestrator.store.base import Measurable
+from orchestrator.store.base import Followable, Measurable
 from orchestrator.surfaces.bench.scratch import Scratch
 
 __all__ = ["bench_store", "format_store_bench", "measure_session_bytes", "three_turn_session"]
@@ -59,7 +62,7 @@ async def bench_store(
     Returns:
         ``{"store", "parts", "sessions", "runs": [{"batch_size", "events", "seconds", "parts_per_s",
         "commits", "append_ms_p50", "append_ms_p99", "file_bytes", "bytes_per_part",
-        "msgpack_bytes_per_part"}, ...], "session_bytes"}``.
+        "msgpack_bytes_per_part"}, ...], "session_bytes", "follow_ms": {"p50", "p99", "max"} | None}``.
     """
     if parts < 1 or sessions < 1 or not batch_sizes or min(batch_sizes) < 1:
         raise UsageError("parts, sessions and every batch size must be at least 1")
@@ -75,7 +78,56 @@ async def bench_store(
         session_bytes = await measure_session_bytes(url, sessions=sessions)
     finally:
         await asyncio.to_thread(scratch.drop, url)
-    return {"store": scratch.label, "parts": parts, "sessions": sessions, "runs": runs, "session_bytes": session_bytes}
+    url = await asyncio.to_thread(scratch.fresh)
+    try:
+        follow_ms = await measure_follow_latency(url)
+    finally:
+        await asyncio.to_thread(scratch.drop, url)
+    return {
+        "store": scratch.label,
+        "parts": parts,
+        "sessions": sessions,
+        "runs": runs,
+        "session_bytes": session_bytes,
+        "follow_ms": follow_ms,
+    }
+
+
+async def measure_follow_latency(url: str, *, events: int = 200, gap: float = 0.01) -> dict[str, float] | None:
+    """Milliseconds from an append's acknowledgement to a follower (another store object) holding it.
+
+    ``None`` when the store cannot follow (memory, SQLite: a reader polls them instead).
+    """
+    writer, reader = open_store(url), open_store(url)
+    try:
+        if not isinstance(reader, Followable):
+            return None
+        await writer.append("follow", [Event("follow-0", "note", {"n": 0})])
+        seen: dict[int, float] = {}
+        done = asyncio.Event()
+
+        async def follow(store: Followable) -> None:
+            async for event in store.follow("follow", 0):
+                seen[event.index] = time.perf_counter()
+                if event.index == 1:
+                    done.set()
+                if event.index > events:
+                    return
+
+        task = asyncio.ensure_future(follow(reader))
+        await done.wait()  # the follower listens before the timed appends begin
+        acknowledged: dict[int, float] = {}
+        for n in range(1, events + 1):
+            result = await writer.append("follow", [Event(f"follow-{n}", "note", {"n": n})])
+            acknowledged[result.last_index] = time.perf_counter()
+            await asyncio.sleep(gap)
+        await task
+        waits = [max(seen[k] - at, 0.0) * 1000 for k, at in acknowledged.items()]
+        cuts = statistics.quantiles(waits, n=100)
+        return {"p50": cuts[49], "p99": cuts[98], "max": max(waits)}
+    finally:
+        await writer.close()
+        await reader.close()
 
 
 async def measure_session_bytes(url: str, *, sessions: int = 100) -> float:
@@ -193,6 +245,12 @@ def format_store_bench(result: dict[str, object]) -> str:
             f"{run['msgpack_bytes_per_part']:>14.2f}"
         )
     lines.append(f"3-turn agent session: {result['session_bytes']:,.0f} bytes stored per session, indexes included")
+    follow = result.get("follow_ms")
+    if isinstance(follow, dict):
+        lines.append(
+            f"follow (another store object, woken by the store): an acknowledged append reaches it in "
+            f"p50 {follow['p50']:.2f} ms, p99 {follow['p99']:.2f} ms, max {follow['max']:.2f} ms"
+        )
     return "\n".join(lines)
 
 

@@ -17,11 +17,13 @@ from actors.host import TURN_WAIT_LIMIT
 from actors.hub import WaitFailed
 from actors.logs import default_logging
 from actors.poller import Poller
+from actors.store_feed import StoreFeed
 from actors.transport import Transport
+from orchestrator.core.contract import Contract
 from orchestrator.core.errors import UsageError
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.agent import Agent
-from orchestrator.store.base import EventStore
+from orchestrator.store.base import EventStore, Followable
 
 __all__ = ["BaseRuntime"]
 
@@ -31,6 +33,9 @@ class BaseRuntime:
 
     transport: Transport
     store: EventStore
+    follow: str = "hosts"
+    """``hosts``: subscriptions long-poll the session's host; ``store``: they follow the store's
+    log instead when it pushes commits (PostgreSQL; ``actors.store_feed``), else the host."""
 
     def __init__(self) -> None:
         default_logging()  # stderr, warnings: unless the program configured structlog (actors.logs)
@@ -38,6 +43,7 @@ class BaseRuntime:
         self._registered: set[str] = set()
         self._pollers: dict[str, Poller] = {}
         self._later: set[asyncio.Future[None]] = set()
+        self._feeds: dict[int, StoreFeed] = {}
 
     def session(self, session_id: str, *, agent: Agent) -> Session:
         """A handle on session ``session_id`` running ``agent`` (created on its first command)."""
@@ -67,9 +73,15 @@ class BaseRuntime:
                 return
 
     def subscribe(self, session: Session) -> Subscription:
-        """A subscription to ``session``'s mutations, fed by the poller of its host."""
-        name = self.transport.host_now(session.id)
+        """A subscription to ``session``'s mutations, fed by the poller of its host (or the store: ``follow``)."""
         subscription = Subscription(session, self._unsubscribe)
+        if self.follow == "store" and isinstance(self.store, Followable):
+            feed = self._feeds[id(subscription)] = StoreFeed(
+                self.store, self.store, subscription, self._contract_of(session.agent_key)
+            )
+            feed.start()
+            return subscription
+        name = self.transport.host_now(session.id)
         if name is None:
             self._later.add(asyncio.ensure_future(self._subscribe_later(session, subscription)))
         else:
@@ -84,7 +96,9 @@ class BaseRuntime:
         """How the turn that admits ``input_id`` ended, delivered with the polls of its host."""
         await self.ready_agent(session.agent_key)
         name = self.transport.host_now(session.id) or await self.transport.host_of(session.id)
-        outcome = await self._poller(name).wait(session, input_id)
+        # Shielded: the poller's future is shared by every waiter on this input, and a waiter that
+        # gives up (an HTTP ``wait`` that timed out, a retried request) must not cancel it for the rest.
+        outcome = await asyncio.shield(self._poller(name).wait(session, input_id))
         if isinstance(outcome, WaitFailed):  # e.g. the session moved to another host: ask it directly
             asked: TurnOutcome = await self.transport.call(
                 session.id, "wait_input", session.agent_key, input_id, TURN_WAIT_LIMIT
@@ -98,11 +112,21 @@ class BaseRuntime:
             poller = self._pollers[host] = Poller(self.transport, host)
         return poller
 
+    def _contract_of(self, key: str) -> Contract | None:
+        return next((agent.contract for agent_key, agent in self._agents.values() if agent_key == key), None)
+
     def _unsubscribe(self, subscription: Subscription) -> None:
+        feed = self._feeds.pop(id(subscription), None)
+        if feed is not None:
+            feed.stop()
+            return
         for poller in self._pollers.values():
             poller.remove(subscription)
 
     async def _close_pollers(self) -> None:
+        for feed in self._feeds.values():
+            feed.stop()
+        self._feeds.clear()
         for poller in self._pollers.values():
             await poller.close()
         self._pollers.clear()

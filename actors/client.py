@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar
 
-from actors.live import LiveQueue, LiveView
+from actors.live import LiveQueue
+from actors.live import LiveView as _LiveView
+from actors.mutation import Mutation, StopResult
 from actors.transport import Transport
 from orchestrator.core.aistate import Receipt
 from orchestrator.core.commands import (
@@ -86,34 +87,6 @@ class SessionBackend(Protocol):
         ...
 
 
-class Mutation(dict[str, Any]):
-    """One change to a session (a dict in the wire shape), with ``.type`` and ``.index``."""
-
-    @property
-    def type(self) -> str:
-        """The kind of change (``reset`` means: re-read the snapshot).
-
-        One of ``message``, ``part``, ``delta``, ``status``, ``truncate``, ``turn``,
-        ``interaction``, ``info``, ``app`` or ``reset``.
-        """
-        return str(self.get("type"))
-
-    @property
-    def index(self) -> int:
-        """The log index of the event that produced it."""
-        return int(self.get("index", 0))
-
-
-@dataclass(frozen=True, slots=True)
-class StopResult:
-    """What ``stop()`` did."""
-
-    receipt: Receipt | None
-    """The stop's receipt (``None`` when no turn was active)."""
-    cancelled_queued_prompts: int
-    """Queued inputs the stop cancelled (steering for the stopped turn, or all with ``cancel_queued``)."""
-
-
 class Turn:
     """A prompt in flight: ``await turn.finished`` resolves when its turn ends.
 
@@ -159,10 +132,20 @@ class Turn:
 
     @property
     def finished(self) -> asyncio.Task[TurnOutcome]:
-        """Resolves to the ``TurnOutcome`` (success, outcome, text, error) once the turn has ended."""
+        """Resolves to the ``TurnOutcome`` (success, outcome, text, error) once the turn has ended.
+
+        A prompt the session rejected (its id was used before, in another session or with other
+        text) never enters a turn: ``finished`` resolves at once, ``removed``, with the reason.
+        """
         if self._finished is None:
-            self._finished = asyncio.ensure_future(self.session.runtime.turn_outcome(self.session, self.id))
+            self._finished = asyncio.ensure_future(self._outcome())
         return self._finished
+
+    async def _outcome(self) -> TurnOutcome:
+        receipt = self.receipt
+        if receipt is not None and receipt.outcome == "rejected":
+            return TurnOutcome("", "removed", "", error=f"the prompt {self.id!r} was rejected ({receipt.reason})")
+        return await self.session.runtime.turn_outcome(self.session, self.id)
 
 
 class Queue:
@@ -368,7 +351,7 @@ class Session:
 
     async def live(self) -> LiveView:
         """A local copy of the session kept current (subscribe, then snapshot); what it sends shows at once."""
-        view = LiveView(self)
+        view: LiveView = _LiveView(self)
         await view.start()
         return view
 
@@ -425,3 +408,7 @@ class Subscription:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+LiveView: TypeAlias = _LiveView["Session", Turn]
+"""A ``Session``'s live view (``session.live()``): its ``prompt`` gives this module's ``Turn``."""

@@ -36,6 +36,7 @@ from actors.errors import SessionMoved
 from actors.hub import MutationHub, WaitFailed
 from actors.logs import default_logging
 from actors.registry import AgentRegistry
+from actors.schedules import MCP_RESTART
 from actors.subagents import SubAgents
 from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import Command
@@ -49,6 +50,7 @@ from orchestrator.run.runner import SessionRunner
 from orchestrator.run.turn_commands import steer_turn, stop_turn
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
+from tools.mcp import registry as mcp_connections
 
 __all__ = ["TURN_WAIT_LIMIT", "ClusterFactory", "HostOptions", "SessionHost"]
 
@@ -117,6 +119,7 @@ class SessionHost:
             tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.run.gc_tuning)
         self.name = name
         self.options = options
+        mcp_connections.configure(MCP_RESTART.delay)  # this host's MCP servers restart on its schedule
         self.cluster = cluster(name, options)
         self.store = store if store is not None else open_store(_with_writer(options.store, options.sqlite_writer))
         self.registry = AgentRegistry(self.store, self.cluster.codec)
@@ -487,6 +490,7 @@ class SessionHost:
                 task.cancel()
         for session_id in list(self.hosted):
             await self.deactivate(session_id)
+        await mcp_connections.close_connections()  # its MCP servers' processes and HTTP sessions
         await self.directory.close()
         await self.store.close()
 

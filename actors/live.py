@@ -2,18 +2,19 @@
 
 What the view sends shows at once (``orchestrator.core.optimistic``) until the server confirms it.
 
-It wraps a ``Session`` (``session.live()`` makes one); it names the client's types for the type
-checker only, so at run time only ``actors.client`` imports this module.
+It wraps a ``Session`` (``session.live()`` makes one), known here only as the ``LiveSession`` it
+must be: so this module stands below ``actors.client``, which imports it, and not beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from actors.mutation import Mutation, StopResult
 from orchestrator.core.aistate import ActiveTurn, AIState, Inbox, InboxItem, Interaction, Receipt, StepState
 from orchestrator.core.commands import (
     Command,
@@ -29,16 +30,99 @@ from orchestrator.core.ids import new_id
 from orchestrator.core.mutations import ClientView
 from orchestrator.core.optimistic import optimistic, settled
 from orchestrator.core.parts import Role
+from orchestrator.run.log import Snapshot
 
-if TYPE_CHECKING:
-    from actors.client import Mutation, Session, StopResult, Subscription, Turn
-
-__all__ = ["LiveQueue", "LiveView"]
+__all__ = ["LiveQueue", "LiveSession", "LiveView"]
 
 R = TypeVar("R")
 
 
-class LiveView:
+class _Receipted(Protocol):
+    """A prompt's handle, as far as the view reads it."""
+
+    @property
+    def receipt(self) -> Receipt | None:
+        """The prompt's receipt."""
+        ...
+
+
+TurnT_co = TypeVar("TurnT_co", bound=_Receipted, covariant=True)
+
+
+class _Feed(Protocol):
+    """A subscription, as far as the view reads it."""
+
+    async def ready(self, timeout: float = ...) -> int:
+        """Wait until the host has registered it."""
+        ...
+
+    def batches(self) -> AsyncIterator[list[Mutation]]:
+        """The mutations, in the batches the host sent."""
+        ...
+
+    def close(self) -> None:
+        """Stop receiving."""
+        ...
+
+
+class _QueuePort(Protocol):
+    """``session.queue``, as far as the view sends through it."""
+
+    async def edit(self, input_id: str, text: str, *, role: Role = ..., id: str | None = ...) -> Receipt:
+        """Edit a pending input."""
+        ...
+
+    async def move(self, input_id: str, before_id: str | None = ..., *, id: str | None = ...) -> Receipt:
+        """Move a pending input."""
+        ...
+
+    async def remove(self, input_id: str, *, id: str | None = ...) -> Receipt:
+        """Remove a pending input."""
+        ...
+
+    async def send_now(self, input_id: str, turn_id: str | None = ..., *, id: str | None = ...) -> Receipt:
+        """Hand a queued input off to the observed turn."""
+        ...
+
+
+class LiveSession(Protocol[TurnT_co]):
+    """What a ``LiveView`` needs of the session it wraps (``actors.client.Session`` is one)."""
+
+    @property
+    def queue(self) -> _QueuePort:
+        """The session's pending inputs."""
+        ...
+
+    def subscribe(self) -> _Feed:
+        """Its mutations from now on."""
+        ...
+
+    async def state(self) -> Snapshot:
+        """Its state and the log index it reflects."""
+        ...
+
+    async def send(self, text: str, *, id: str | None = ..., role: Role = ..., generate: bool = ...) -> Receipt:
+        """Put an input in the inbox."""
+        ...
+
+    async def prompt(self, text: str, *, id: str | None = ...) -> TurnT_co:
+        """Send a user message; its turn's handle."""
+        ...
+
+    async def steer(self, text: str, *, id: str | None = ..., turn_id: str | None = ...) -> Receipt:
+        """Steer the observed turn."""
+        ...
+
+    async def stop(self, *, cancel_queued: bool = ..., id: str | None = ...) -> StopResult:
+        """Stop the active turn."""
+        ...
+
+
+SessionT = TypeVar("SessionT", bound="LiveSession[Any]")
+TurnT = TypeVar("TurnT", bound=_Receipted)
+
+
+class LiveView(Generic[SessionT, TurnT]):
     """Subscribe, then snapshot, then merge: a local copy of a session that stays current.
 
     Three views of the same session:
@@ -61,12 +145,12 @@ class LiveView:
     pending command came or went); ``wait_state`` waits on it.
     """
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: SessionT) -> None:
         self.session = session
         self.view = ClientView()
         self.changed = asyncio.Event()
         self.queue = LiveQueue(self)
-        self._subscription: Subscription | None = None
+        self._subscription: _Feed | None = None
         self._task: asyncio.Task[None] | None = None
         self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []
         self._known = AIState()  # the snapshot, kept current from mutations (but the conversation)
@@ -199,7 +283,7 @@ class LiveView:
             command, lambda: self.session.send(text, id=command.id, role=role, generate=generate), _same
         )
 
-    async def prompt(self, text: str, *, id: str | None = None) -> Turn:
+    async def prompt(self, text: str, *, id: str | None = None) -> TurnT:
         """``Session.prompt``, shown at once in ``state``; ``await turn.finished`` as usual."""
         command = SendInput(id or new_id(), text)
         return await self._through(command, lambda: self.session.prompt(text, id=command.id), _turn_receipt)
@@ -254,7 +338,7 @@ class LiveView:
 class LiveQueue:
     """``Session.queue`` through a ``LiveView`` (``live.queue``): each change shows at once in ``live.state``."""
 
-    def __init__(self, live: LiveView) -> None:
+    def __init__(self, live: LiveView[Any, Any]) -> None:
         self._live = live
 
     async def edit(self, input_id: str, text: str, *, role: Role = "user", id: str | None = None) -> Receipt:
@@ -291,7 +375,7 @@ def _same(receipt: Receipt) -> Receipt:
     return receipt
 
 
-def _turn_receipt(turn: Turn) -> Receipt | None:
+def _turn_receipt(turn: _Receipted) -> Receipt | None:
     return turn.receipt
 
 

@@ -53,7 +53,7 @@ class Poller:
     def wait(self, session: Session, input_id: str) -> asyncio.Future[TurnOutcome | WaitFailed]:
         """How the turn that admits ``input_id`` ends, delivered by a later poll."""
         known = self.waits.get(input_id)
-        if known is not None:
+        if known is not None and not known[2].cancelled():
             return known[2]
         future: asyncio.Future[TurnOutcome | WaitFailed] = asyncio.get_running_loop().create_future()
         self.waits[input_id] = (session.id, session.agent_key, future)

@@ -17,8 +17,12 @@ import ray
 from actors.errors import SessionMoved
 from actors.options import SUPERVISOR_NAME
 from actors.retry import HOST_READY, RetriesExhausted, Schedule, retry
+from orchestrator.core.ids import root_session_id
 
 __all__ = ["Router", "rendezvous", "root_of"]
+
+root_of = root_session_id
+"""A sub-agent session's root session (``parent/call/call`` -> ``parent``): ``ids.root_session_id``."""
 
 T = TypeVar("T")
 
@@ -31,11 +35,6 @@ def rendezvous(key: str, hosts: Sequence[str]) -> str:
         if score > best_score:
             best, best_score = host, score
     return best
-
-
-def root_of(session_id: str) -> str:
-    """A sub-agent session's root session (``parent/call/call`` -> ``parent``)."""
-    return session_id.split("/", 1)[0]
 
 
 class Router:

@@ -44,6 +44,7 @@ from actors.ray_cluster import RAY_PICKLE, RayCluster
 from actors.ray_transport import RayTransport
 from actors.registry import agent_blob
 from actors.router import Router
+from actors.store_feed import FOLLOW_MODES
 from actors.supervisor import Supervisor
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
@@ -89,6 +90,7 @@ class Runtime(BaseRuntime):
         children: Literal["spread", "local"] = "local",
         warm: int = 2,
         sqlite_writer: Literal["thread", "inline"] = "inline",
+        follow: Literal["hosts", "store"] = "hosts",
         ray_options: dict[str, Any] | None = None,
         owns: bool | None = None,
     ) -> None:
@@ -112,6 +114,9 @@ class Runtime(BaseRuntime):
         if sqlite_writer not in ("thread", "inline"):
             raise UsageError(f"sqlite_writer must be 'thread' or 'inline', not {sqlite_writer!r}")
         self.sqlite_writer = sqlite_writer
+        if follow not in FOLLOW_MODES:
+            raise UsageError(f"follow must be 'hosts' or 'store', not {follow!r}")
+        self.follow = follow
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.owns = owns
@@ -145,7 +150,12 @@ class Runtime(BaseRuntime):
 
         Inside a Ray worker Ray is already up: the runtime attaches to it and creates what is
         missing detached (it must outlive the task that created it).
+
+        Raises:
+            StoreError: the store cannot be reached (checked first, before anything starts: one
+                clear error naming the URL, rather than every host failing later).
         """
+        await self.store.list_sessions(limit=1)
         if not ray.is_initialized():
             options = {"include_dashboard": False, "log_to_driver": False, **self.ray_options}
             ray.init(address=self.address, namespace=self.namespace, **options)
@@ -156,11 +166,19 @@ class Runtime(BaseRuntime):
         nodes = [n for n in _nodes() if n.get("Alive")]
         per_node = self.hosts_per_node or max(2, int(min(n["Resources"].get("CPU", 1) for n in nodes)))
         self._per_node = per_node
-        names: list[tuple[str, str]] = []
+        names: list[tuple[str, str | None]] = []
         if self.placement == "pooled":
             for node in nodes:
                 for i in range(per_node):
                     names.append((host_name(node["NodeID"], i), node["NodeID"]))
+            known = _actor(SUPERVISOR_NAME, self.namespace)
+            if known is not None:
+                # A driver joining a namespace that runs already routes over the hosts the others
+                # route over (the supervisor's list), not over the nodes alive now: after a node was
+                # lost, its hosts live on elsewhere under their old names, and a session must not be
+                # activated on two hosts at once.
+                hosts: list[str] = (await known.info.remote())["hosts"]
+                names = [(name, None) for name in hosts]
         self.host_names = [n for n, _ in names]
         self._options = HostOptions(
             store=self.store_url,
@@ -179,7 +197,7 @@ class Runtime(BaseRuntime):
         handles = []
         for name, node_id in names:
 
-            def host(get_if_exists: bool, name: str = name, node_id: str = node_id) -> Any:
+            def host(get_if_exists: bool, name: str = name, node_id: str | None = node_id) -> Any:
                 actor = host_actor(
                     SessionHost,
                     name=name,

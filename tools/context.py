@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.core._json import JsonValue
+from orchestrator.core.ids import tool_call_key
 from orchestrator.models.base import CancelSignal
 
 __all__ = ["ToolContext"]
@@ -20,14 +21,15 @@ async def _discard(output: JsonValue) -> None:
 class ToolContext:
     """Declared as a parameter (any name, annotated ``ToolContext``) to receive it.
 
-    ``call_id`` is stable across retries and recoveries of the same call: use it as the
-    idempotency key of any external side effect.
+    ``idempotency_key`` is stable across retries and recoveries of the same call and unique
+    across the store: use it as the idempotency key of any external side effect (``call_id``
+    alone repeats across sessions).
     """
 
     session_id: str
     """The session running the tool."""
     call_id: str
-    """The tool call id: the idempotency key for side effects."""
+    """The tool call id (the model's: unique within the session only; see ``idempotency_key``)."""
     turn_id: str
     """The turn that asked for the call."""
     attempt: int = 1
@@ -41,6 +43,15 @@ class ToolContext:
     async def emit(self, output: JsonValue) -> None:
         """Show preliminary output on the call while it runs (replaced by the final output)."""
         await self._emit(output)
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key for this call's external side effects: session id + call id, unique store-wide.
+
+        The same through every retry, restart and ``rerun`` of the call; different for another
+        session's call with the same call id (``orchestrator.core.ids.tool_call_key``).
+        """
+        return tool_call_key(self.session_id, self.call_id)
 
     @property
     def cancelled(self) -> bool:

@@ -12,7 +12,8 @@ The workload (defined exactly, so it can be compared with other systems):
   delegate call's result).
 - ``add_to_cart`` sleeps 2 ms and returns "Added."; ``lookup_price`` sleeps 1 ms and returns
   "4.99"; the model yields to the event loop after every chunk, as a network stream would.
-- A session is three user turns in a row. The store is a SQLite file. N sessions start at once;
+- A session is three user turns in a row. The store is a SQLite file (or the store URL given:
+  ``troupe bench shop --store postgres``). N sessions start at once;
   a consumer subscribes to every session (subscribe, then snapshot, then mutations) and must see
   every chunk, tool call and result live, nested parts under their delegate call. Everything
   delivered is verified per turn; a missing item fails the run.
@@ -41,6 +42,7 @@ from actors.runtime import Runtime
 from orchestrator.core.parts import AgentMessage, TextPart, ToolPart
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.run.agent import Agent
+from orchestrator.store.base import EventStore, Measurable
 from tools.builtin import add_to_cart, lookup_price
 
 __all__ = [
@@ -269,11 +271,11 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[k]
 
 
-async def _run_once(rt: Runtime, n: int, run: int, store: Path, baseline: int) -> ShopRun:
+async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     agent = shop_agent()
     sessions = [rt.session(f"bench-{run}-{i}", agent=agent) for i in range(n)]
     ttfts: list[float] = []
-    before_bytes = _store_bytes(store)
+    before_bytes = await _store_bytes(rt.store)
     cpu0 = MemorySampler.cpu()
     with MemorySampler() as memory:
         start = time.perf_counter()
@@ -281,7 +283,7 @@ async def _run_once(rt: Runtime, n: int, run: int, store: Path, baseline: int) -
         wall = time.perf_counter() - start
     cpu = MemorySampler.cpu() - cpu0
     await rt.deactivate_idle()
-    stored = _store_bytes(store) - before_bytes
+    stored = await _store_bytes(rt.store) - before_bytes
     return ShopRun(
         sessions=n,
         wall_s=round(wall, 3),
@@ -297,14 +299,9 @@ async def _run_once(rt: Runtime, n: int, run: int, store: Path, baseline: int) -
     )
 
 
-def _store_bytes(path: Path) -> int:
-    import sqlite3
-
-    if not path.exists():
-        return 0
-    with sqlite3.connect(path) as db:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path.stat().st_size
+async def _store_bytes(store: EventStore) -> int:
+    """What the store takes now (SQLite's checkpointed file; PostgreSQL's tables with their indexes)."""
+    return await store.stored_bytes() if isinstance(store, Measurable) else 0
 
 
 async def memory_settled(interval: float = 0.5, tolerance: int = 2 * 2**20, limit: float = 20.0) -> None:
@@ -331,33 +328,36 @@ async def bench_shop(
     placement: str = "pooled",
     hosts_per_node: int | None = None,
     children: str = "local",
+    store: str | None = None,
     progress: Any = None,
 ) -> list[ShopFigures]:
-    """Run the workload at every N, ``repeats`` times each, on a fresh local Ray and SQLite file."""
+    """Run the workload at every N, ``repeats`` times each, on a fresh local Ray and a fresh store.
+
+    ``store``: the URL of an empty store (default: a SQLite file in ``workdir``).
+    """
     own = workdir is None
     base = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-"))
     os.makedirs(base, exist_ok=True)
-    store = base / "shop.db"
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     figures: list[ShopFigures] = []
     try:
         async with Runtime(
-            store=f"sqlite:///{store}",
+            store=store or f"sqlite:///{base / 'shop.db'}",
             placement=placement,  # type: ignore[arg-type]
             hosts_per_node=hosts_per_node,
             children=children,  # type: ignore[arg-type]
             namespace="troupe-bench",
             ray_options={"_temp_dir": str(base / "ray"), "num_cpus": os.cpu_count() or 2},
         ) as rt:
-            await _run_once(rt, 2, 0, store, MemorySampler.total())  # warm up every host
+            await _run_once(rt, 2, 0, MemorySampler.total())  # warm up every host
             await memory_settled()
             for n in sizes:
                 result = ShopFigures(n)
                 for r in range(repeats):
                     await rt.deactivate_idle()
                     baseline = MemorySampler.total()
-                    result.runs.append(await _run_once(rt, n, 1 + len(figures) * 100 + r, store, baseline))
+                    result.runs.append(await _run_once(rt, n, 1 + len(figures) * 100 + r, baseline))
                     if progress is not None:
                         progress(result.runs[-1])
                 figures.append(result)

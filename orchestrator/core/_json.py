@@ -8,6 +8,7 @@ each words the problem in its own error family, but all accept and refuse the sa
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, assert_never
@@ -36,9 +37,13 @@ MIN_INT: Final = -(2**63)
 MAX_INT: Final = 2**64 - 1
 """The largest integer msgpack encodes (uint64)."""
 
-JsonFault: TypeAlias = Literal["type", "key", "integer", "number", "depth"]
+JsonFault: TypeAlias = Literal["type", "key", "integer", "number", "depth", "string"]
 """What is wrong: not a JSON type, a non-string key, an integer msgpack cannot hold, a NaN or
-infinity, or nesting deeper than ``MAX_JSON_DEPTH``."""
+infinity, nesting deeper than ``MAX_JSON_DEPTH``, or a string (or key) that is not valid Unicode
+(a lone surrogate such as U+D800, which ``json.loads`` accepts and msgpack cannot encode)."""
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+"""A UTF-16 surrogate code point: never valid alone in a ``str`` that UTF-8 (so msgpack) can encode."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,10 @@ class JsonProblem:
                 return f"is {self.value!r}, which JSON cannot represent"
             case "depth":
                 return f"is nested more than {MAX_JSON_DEPTH} levels deep"
+            case "string":
+                bad = _SURROGATE.search(str(self.value))
+                code = f"U+{ord(bad.group()):04X}" if bad is not None else "a surrogate"
+                return f"holds a lone surrogate ({code}), which is not valid Unicode; send text as valid UTF-8"
             case _:
                 assert_never(self.fault)
 
@@ -78,11 +87,12 @@ class JsonProblem:
 def json_problem(value: object, path: str = "value") -> JsonProblem | None:
     """The first part of ``value`` that is not a JSON value, or ``None`` when all of it is.
 
-    JSON here is what every layer can store, send and read back: ``None``, ``bool``, ``str``,
-    an ``int`` msgpack can encode (``MIN_INT`` to ``MAX_INT``), a finite ``float``, and lists
+    JSON here is what every layer can store, send and read back: ``None``, ``bool``, a ``str``
+    that is valid Unicode (no lone surrogate), an ``int`` msgpack can encode (``MIN_INT`` to
+    ``MAX_INT``), a finite ``float``, and lists
     and mappings with ``str`` keys of those, at most ``MAX_JSON_DEPTH`` deep. A tuple counts as
     a list: msgpack and ``json`` both write it as an array (and it reads back as a list).
-    Anything else (bytes, sets, dates, NaN, ``2**64``, a key ``1``) is refused.
+    Anything else (bytes, sets, dates, NaN, ``2**64``, a key ``1``, a lone surrogate) is refused.
 
     Args:
         value: What to check.
@@ -110,8 +120,14 @@ def _problem(value: object, depth: int) -> _Found | None:
         for key, item in value.items():
             if type(key) is not str and not isinstance(key, str):
                 return "", "key", key
+            if not key.isascii() and _SURROGATE.search(key) is not None:
+                return "", "string", key
             kind = type(item)
-            if kind is str or kind is bool or item is None:
+            if kind is str:
+                if item.isascii() or _SURROGATE.search(item) is None:
+                    continue
+                return f".{key}", "string", item
+            if kind is bool or item is None:
                 continue
             found = _leaf(item) if kind is int or kind is float else _problem(item, depth + 1)
             if found is not None:
@@ -120,7 +136,11 @@ def _problem(value: object, depth: int) -> _Found | None:
     if isinstance(value, list | tuple):
         for i, item in enumerate(value):
             kind = type(item)
-            if kind is str or kind is bool or item is None:
+            if kind is str:
+                if item.isascii() or _SURROGATE.search(item) is None:
+                    continue
+                return f"[{i}]", "string", item
+            if kind is bool or item is None:
                 continue
             found = _leaf(item) if kind is int or kind is float else _problem(item, depth + 1)
             if found is not None:
@@ -130,7 +150,9 @@ def _problem(value: object, depth: int) -> _Found | None:
 
 
 def _leaf(value: object) -> _Found | None:
-    if value is None or isinstance(value, str | bool):
+    if isinstance(value, str):
+        return None if value.isascii() or _SURROGATE.search(value) is None else ("", "string", value)
+    if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
         return None if MIN_INT <= value <= MAX_INT else ("", "integer", value)

@@ -146,6 +146,8 @@ class ToolRecord:
     """The sub-agent session behind a delegate call."""
     child_seq: int = 0
     """The last batch of that sub-agent applied under the call (duplicates are dropped)."""
+    recovery: str | None = None
+    """The policy its start recorded (a tool from a dynamic source); ``None``: the agent's tool says."""
 
     @property
     def final(self) -> bool:

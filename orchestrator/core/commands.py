@@ -15,11 +15,12 @@ turn id, each addresses whatever turn is active when it is decided.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, TypeAlias, assert_never
 
 from orchestrator.core import event_types as ai
 from orchestrator.core import payloads as p
+from orchestrator.core._json import json_problem
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.errors import UsageError
 from orchestrator.core.events import RESERVED_ID_PREFIX, Event
@@ -236,10 +237,21 @@ def check_command(command: Command) -> None:
     if isinstance(command, SendInput | EditInput):
         if not isinstance(command.text, str) or not command.text.strip():
             raise UsageError(f"{name} text is empty; send some text (an empty message is never queued)")
+        if "\x00" in command.text:
+            raise UsageError(f"{name} text contains a NUL character (U+0000); remove it (it is never text)")
         if command.role not in ("user", "assistant", "system"):
             raise UsageError(f"{name} role must be 'user', 'assistant' or 'system', not {command.role!r}")
     if isinstance(command, PauseSession) and command.when not in ("after-turn", "now"):
         raise UsageError(f"pause(when=...) must be 'after-turn' or 'now', not {command.when!r}")
+    for spec in fields(command):
+        value = getattr(command, spec.name)
+        if not isinstance(value, str):
+            continue
+        problem = json_problem(value, spec.name)
+        if problem is not None:  # a lone surrogate: msgpack (so the log) cannot hold it
+            raise UsageError(f"{name} {problem.message}")
+        if spec.name != "text" and "\x00" in value:
+            raise UsageError(f"{name} {spec.name} {value!r} contains a NUL character: remove it")
 
 
 def _decided(command: Command, outcome: Literal["applied", "rejected"], reason: str | None, at: float) -> Decision:

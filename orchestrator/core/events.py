@@ -15,10 +15,11 @@ server writes ``ai.*`` events, and a client's are refused by ``check_caller_even
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from orchestrator.core._json import JsonObject
+from orchestrator.core._json import JsonObject, json_problem
 from orchestrator.core.errors import UsageError
 from orchestrator.core.ids import RESERVED_ID_PREFIX
 from orchestrator.core.payloads import PAYLOAD_CLASSES, AIPayload, payload_from_wire, payload_to_wire
@@ -29,7 +30,10 @@ __all__ = [
     "AppendResult",
     "Event",
     "check_caller_event",
+    "check_payload",
 ]
+
+_JSON_KINDS: Final = "dict, list, str, int, float, bool or None"
 
 BUILTIN_PREFIX: Final = "ai."
 """Event types that belong to Troupe. Clients can never push them."""
@@ -109,4 +113,24 @@ def check_caller_event(event: Event) -> None:
         raise UsageError(
             f"event type {event.type!r} is a built-in Troupe event and cannot be pushed by a client; "
             "push one of your contract's event types instead"
+        )
+
+
+def check_payload(event_id: str, payload: object) -> None:
+    """Refuse a payload that is not a JSON object every store can hold (msgpack, then SQL).
+
+    The one check of an app event's payload, made before anything is written: by the store for
+    an untrusted append, and by ``push`` for every app event (a trusted writer's too: a
+    ``2**64`` or a lone surrogate would otherwise fail inside the store's encoder).
+
+    Raises:
+        UsageError: naming the event, the spot in the payload and the fix.
+    """
+    if not isinstance(payload, Mapping):
+        raise UsageError(f"event {event_id!r}: payload must be a JSON object (a dict), got {type(payload).__name__}")
+    problem = json_problem(payload, "payload")
+    if problem is not None:
+        raise UsageError(
+            f"event {event_id!r}: {problem.message}; payloads must be JSON ({_JSON_KINDS}): "
+            "convert it (e.g. with orchestrator.core.wire.part_to_wire) before appending"
         )

@@ -604,7 +604,10 @@ def _on_tool_started(state: AIState, p: ToolStarted) -> tuple[AIState, list[Sess
     if record is None or record.final:
         return state, []
     attempt = record.attempts + 1 if p.attempt is None else p.attempt
-    tools = _set_tool(state, p.call_id, status="running", attempts=attempt)
+    if p.recovery is None:
+        tools = _set_tool(state, p.call_id, status="running", attempts=attempt)
+    else:
+        tools = _set_tool(state, p.call_id, status="running", attempts=attempt, recovery=p.recovery)
     active = state.active
     if active is not None and active.phase not in ("pausing", "paused"):
         active = replace(active, phase="tools")

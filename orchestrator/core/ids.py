@@ -22,6 +22,7 @@ __all__ = [
     "child_session_id",
     "command_id",
     "derived_event_id",
+    "derived_event_position",
     "derived_event_prefix",
     "fork_event_id",
     "handler_scheduled_id",
@@ -29,9 +30,11 @@ __all__ = [
     "logical_event_id",
     "new_id",
     "reply_id",
+    "root_session_id",
     "row_input_id",
     "step_id",
     "task_input_id",
+    "tool_call_key",
 ]
 
 RESERVED_ID_PREFIX: Final = "troupe:"
@@ -89,9 +92,27 @@ def child_session_id(parent_id: str, call_id: str) -> str:
     return f"{parent_id}{CHILD_SEPARATOR}{call_id}"
 
 
+def root_session_id(session_id: str) -> str:
+    """The root session of a sub-agent's session (``parent/call/call`` -> ``parent``); a root is its own."""
+    return session_id.split(CHILD_SEPARATOR, 1)[0]
+
+
 def task_input_id(child_id: str) -> str:
     """The id of the task input a sub-agent session starts with (stable: a re-attach replays it)."""
     return idempotent_id("troupe.task", child_id)
+
+
+def tool_call_key(session_id: str, call_id: str) -> str:
+    """The idempotency key of tool call ``call_id`` of ``session_id``: unique across the store.
+
+    Call ids are the model's and repeat across sessions (a scripted model's ``call-1-0-0`` in
+    every one; providers' ids are not promised unique either), so a side effect keyed by the call
+    id alone would merge two sessions' calls. The session id makes it unique, and the same call
+    keeps its key through retries, restarts and recoveries. Hashed (``idempotent_id``), so no
+    choice of ids can make two pairs collide and the key is a short ``id-<24 hex>`` that fits
+    any external API's idempotency-key limit.
+    """
+    return idempotent_id("troupe.tool-call", session_id, call_id)
 
 
 def approval_id(call_id: str) -> str:
@@ -118,6 +139,19 @@ def derived_event_prefix(session_id: str) -> str:
 def derived_event_id(session_id: str, index: int) -> str:
     """The id of a server event written without one: retrying the same batch replays it."""
     return f"{derived_event_prefix(session_id)}{index}"
+
+
+def derived_event_position(event_id: str) -> tuple[str, int] | None:
+    """The (session, index) a derived id names (``troupe:<session>#<index>``), else ``None``.
+
+    A store that keeps derived ids as ``NULL`` looks an id like this up by its position.
+    """
+    if not event_id.startswith(RESERVED_ID_PREFIX):
+        return None
+    session_id, sep, number = event_id[len(RESERVED_ID_PREFIX) :].rpartition("#")
+    if not sep or not session_id or not number.isdigit():
+        return None
+    return session_id, int(number)
 
 
 FORK_ID_PREFIX: Final = f"{RESERVED_ID_PREFIX}fork:"

@@ -436,6 +436,9 @@ class ToolStarted:
     """The tool."""
     attempt: int | None = None
     """Which attempt (older logs may leave it out: one more than before)."""
+    recovery: Literal["rerun", "report"] | None = None
+    """The call's recovery policy, when the tool comes from a dynamic source (an MCP server's
+    annotations): a host restarting after a crash reads it here, without reaching the source."""
 
     type: ClassVar[Literal["ai.tool.started"]] = "ai.tool.started"
     __pydantic_config__ = _CONFIG
@@ -747,9 +750,14 @@ PAYLOAD_ADAPTER: Final[TypeAdapter[AIPayload]] = TypeAdapter(
         | Annotated[HandlerScheduled, _STRIP, Tag(ai.HANDLER_SCHEDULED)]
         | Annotated[HandlerFinished, _STRIP, Tag(ai.HANDLER_FINISHED)],
         Discriminator(_tag),
-    ]
+    ],
+    config=ConfigDict(defer_build=True),
 )
-"""The one validating reader of built-in payloads: ``{"type": <event type>, **payload}`` in."""
+"""The one validating reader of built-in payloads: ``{"type": <event type>, **payload}`` in.
+
+Its schema is built on first use (``defer_build``), not at import: only a payload from outside
+is validated, and building it took ~250 ms of every host process's start, which a restarted
+host (crash recovery) pays before it can re-activate anything."""
 
 
 # -- the field table ---------------------------------------------------------------------------

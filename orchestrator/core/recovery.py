@@ -7,7 +7,8 @@ them, the planner carries on as if nothing happened:
   partial output is rolled back, and a scripted model replays it exactly);
 - a tool that was scheduled but never started simply runs (nothing to write);
 - a tool that started and did not finish runs again when its policy is ``rerun``, and otherwise
-  gets exactly one error result saying it was interrupted and may have partly run;
+  gets exactly one error result saying it was interrupted and may have partly run (the policy
+  its start recorded wins: a tool from a dynamic source, e.g. an MCP server, says it there);
 - a delegate call with a running sub-agent is re-attached (the sub-agent resumes from its own
   log; attaching again is idempotent);
 - a compaction that was running is marked interrupted, and a pause that was settling is paused.
@@ -45,7 +46,7 @@ def recover(state: AIState, policy: Callable[[str], str]) -> list[Event]:
     for record in state.tools.values():
         if record.turn_id != active.id or record.status != "running":
             continue
-        rule = policy(record.name)
+        rule = record.recovery or policy(record.name)
         if rule == "report":
             events.append(Event("", ai.TOOL_FAILED, data=ToolFailed(record.id, INTERRUPTED, "interrupted")))
         else:  # rerun, and reattach: back to pending, and the planner starts (or re-attaches) it

@@ -32,7 +32,7 @@ from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.approvals import split_nested
 from orchestrator.core.commands import Command, Decision, Respond, decide
 from orchestrator.core.errors import ConcurrencyConflict, PartialDuplicateBatch, UsageError
-from orchestrator.core.events import Event, check_caller_event
+from orchestrator.core.events import Event, check_caller_event, check_payload
 from orchestrator.core.payloads import CommandPayload, Decided
 from orchestrator.core.plan import Append, Cancel, Limits, RunStep, RunTool, next_effect
 from orchestrator.core.recovery import recover
@@ -422,6 +422,7 @@ class SessionRunner:
             payload: JsonObject = (
                 contract.validate(event.type, event.payload) if contract is not None else event.payload
             )
+            check_payload(event.id, payload)  # before anything is written, trusted or not
             checked.append(Event(event.id, event.type, payload, event.at))
         applied = await self._append(checked)
         self._kick()

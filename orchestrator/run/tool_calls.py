@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Protocol
 
 from orchestrator.core import event_types as ai
@@ -35,7 +34,7 @@ from orchestrator.run.children import ChildBatch, Children, ChildRequest
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.toolport import ToolLike
 
-__all__ = ["ToolCalls", "ToolHost", "ToolWork", "recovery_policy"]
+__all__ = ["ToolCalls", "ToolHost", "ToolWork", "call_policy", "recovery_policy"]
 
 
 class ToolHost(Protocol):
@@ -104,20 +103,20 @@ class ToolCalls:
         their policy is to report it, ``cancelled`` otherwise.
         """
         children = self.host.children
-        policy = partial(recovery_policy, self.host.agent)
         events: list[Event] = []
         for work in tools:
             record = state.tools.get(work.call_id)
             if record is None or record.status != "running":
                 continue
+            policy = call_policy(self.host.agent, record)
             if work.child is not None and children is not None:
                 if reason == "paused":
                     await children.pause(work.child, "now")
                 else:
                     await children.stop(work.child)
-            if reason == "paused" and (work.child is not None or policy(work.name) == "rerun"):
+            if reason == "paused" and (work.child is not None or policy == "rerun"):
                 events.append(Event("", ai.TOOL_RESET, {"callId": work.call_id, "reason": reason}))
-            elif policy(work.name) == "report":
+            elif policy == "report":
                 events.append(_interrupted(work.call_id))
             else:
                 events.append(
@@ -144,7 +143,7 @@ class ToolCalls:
             for record in state.tools.values()
             if record.turn_id == turn
             and record.status == "running"
-            and recovery_policy(self.host.agent, record.name) == "report"
+            and call_policy(self.host.agent, record) == "report"
         ]
 
     def prepare(self, record: ToolRecord, state: AIState) -> tuple[list[Event], Callable[[], None] | None]:
@@ -201,7 +200,8 @@ class ToolCalls:
         try:
             await work
         except ToolError as error:
-            if error.code == "timeout" and recovery_policy(self.host.agent, record.name) == "report":
+            started = self.host.log.state.tools.get(record.id) or record
+            if error.code in ("timeout", "mcp_lost") and call_policy(self.host.agent, started) == "report":
                 # The function may still be running (a thread cannot be cut): say so, like a crash.
                 await self._fail_tool(record.id, f"{error.message}. {INTERRUPTED}", "interrupted")
             else:
@@ -242,9 +242,10 @@ class ToolCalls:
                 await host._append([settled])
                 return
             attempt = record.attempts + 1
-            await host._append(
-                [Event("", ai.TOOL_STARTED, {"callId": record.id, "name": record.name, "attempt": attempt})]
-            )
+            # The policy goes into the log: after a crash the restarted host knows it without the source.
+            policy = tool.recovery if tool.recovery in ("rerun", "report") else "rerun"
+            begun: JsonObject = {"callId": record.id, "name": record.name, "attempt": attempt, "recovery": policy}
+            await host._append([Event("", ai.TOOL_STARTED, begun)])
             await self._invoke(record, tool, arguments, attempt, signal)
         finally:
             # The tool list is read again after every call: the call may have changed it.
@@ -278,7 +279,8 @@ def recovery_policy(agent: Agent, name: str) -> str:
     """What recovery does with a call to ``name`` a crash or a pause interrupted.
 
     A delegate's child session is reattached; a tool says for itself (``rerun``, ``report``);
-    a tool from a dynamic source, not known until it is listed, is run again.
+    a tool from a dynamic source, not known until it is listed, is run again, unless its start
+    recorded its policy (``ToolRecord.recovery``, which callers read first).
     """
     if agent.sub_agent(name) is not None:
         return REATTACH
@@ -286,6 +288,11 @@ def recovery_policy(agent: Agent, name: str) -> str:
         if isinstance(ref, ToolLike) and ref.name == name:
             return ref.recovery
     return "rerun"
+
+
+def call_policy(agent: Agent, record: ToolRecord) -> str:
+    """The policy of one call: what its start recorded, else ``recovery_policy`` of its tool."""
+    return record.recovery or recovery_policy(agent, record.name)
 
 
 def _gate(record: ToolRecord, tool: ToolLike, arguments: JsonValue) -> Event | None:

@@ -9,7 +9,8 @@ await store.close()
 
 Built-in URL schemes: ``memory://`` (fresh, in-process), ``memory://NAME`` (shared within the
 process by name), ``sqlite:///path.db``, and ``postgresql://user@host:port/db`` (or
-``postgres://``; needs the ``postgres`` extra). ``register_backend(scheme, factory)`` adds one.
+``postgres://``; needs the ``postgres`` extra), and ``sharded://URL|URL|…`` (sessions spread over
+those stores by their root id: ``sharded``). ``register_backend(scheme, factory)`` adds one.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ _EXAMPLES = {
     "sqlite": "sqlite:///relative/path.db or sqlite:////absolute/path.db",
     "postgresql": "postgresql://user@host:port/db (or postgres://)",
     "postgres": "postgres://user@host:port/db",
+    "sharded": "sharded://URL|URL (two or more stores)",
 }
 
 
@@ -86,11 +88,23 @@ def _open_postgres(url: str) -> EventStore:
     return PostgresStore(url)
 
 
+def _open_sharded(url: str) -> EventStore:
+    from orchestrator.store.sharded import SEPARATOR, sharded
+
+    urls = [part for part in url[len("sharded://") :].split(SEPARATOR) if part]
+    if len(urls) < 2:
+        raise UsageError(f"{url!r} names {len(urls)} store(s): give two or more, like sharded://URL|URL")
+    if any(u.startswith("sharded://") for u in urls):
+        raise UsageError(f"{url!r}: a shard cannot itself be sharded; list the stores themselves")
+    return sharded([open_store(u) for u in urls], url=url)
+
+
 _backends: dict[str, StoreFactory] = {
     "memory": open_memory_store,
     "sqlite": _open_sqlite,
     "postgresql": _open_postgres,
     "postgres": _open_postgres,
+    "sharded": _open_sharded,
 }
 _lock = threading.Lock()
 

@@ -13,7 +13,12 @@ Tables (all named ``troupe_*``, so a database can hold other things too):
 - ``troupe_events(sid, idx, at, event_id, type, payload)``: the log. The primary key
   ``(sid, idx)`` keeps each session's indexes unique (with the row lock, gap-free) and reads a
   log in order; the unique key on ``event_id`` keeps ids unique across the store. ``payload``
-  is ``bytea``: msgpack, deflated when large, exactly as SQLite stores it (``_codec``).
+  is ``bytea``: msgpack, deflated when large, exactly as SQLite stores it (``_codec``). Since
+  version 2, as in SQLite, the id Troupe derives from the position itself
+  (``troupe:<session>#<index>``, most of a session's events) is ``NULL`` and rebuilt on read:
+  it costs neither its bytes in the row nor an entry in the unique index (a unique key skips
+  ``NULL``), and the writer looks such an id up by its position instead. Rows written by
+  version 1 keep their ids, and read the same.
 - ``troupe_snapshots(session_id, reducer, idx, data)``: the snapshot cache, ``bytea``.
 
 ``session_id`` is ``COLLATE "C"``: byte order of UTF-8, which is code point order, the order
@@ -62,6 +67,9 @@ MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             data bytea NOT NULL,
             PRIMARY KEY (session_id, reducer)
         )""",
+    ),
+    (  # 2: derived ids are NULL (rebuilt from the position on read), as in SQLite's layout 2
+        "ALTER TABLE troupe_events ALTER COLUMN event_id DROP NOT NULL",
     ),
 )
 """Migration N is ``MIGRATIONS[N - 1]``: statements run in order, in one transaction."""

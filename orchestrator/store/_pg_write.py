@@ -4,8 +4,9 @@ One transaction per group, in two round trips, whatever the number of sessions i
 
 1. ``BEGIN``; create the rows of sessions not seen before (``ON CONFLICT DO NOTHING``); lock
    every session of the group (``SELECT … FOR UPDATE``, in id order, so two groups cannot
-   deadlock); look up which of the group's event ids are stored already; and take the
-   transaction id. Pipelined: one round trip.
+   deadlock); look up which of the group's event ids are stored already (by id, and a derived
+   id ``troupe:<session>#<index>`` also by its position, where it is stored as ``NULL``); and
+   take the transaction id. Pipelined: one round trip.
 2. In Python, each batch in order against the locked indexes, with the shared rules
    (``_rules.replay_result``, ``_rules.conflict``): a replay, a conflict, a partial duplicate,
    or new rows. Then one multi-row ``INSERT … SELECT FROM unnest(…)`` of every new event, one
@@ -35,6 +36,7 @@ from psycopg_pool import PoolTimeout
 
 from orchestrator.core.errors import PartialDuplicateBatch, StoreError
 from orchestrator.core.events import AppendResult
+from orchestrator.core.ids import derived_event_id, derived_event_position, derived_event_prefix
 from orchestrator.store._codec import compress
 from orchestrator.store._pg_engine import Connection, Engine, Retry, is_lost
 from orchestrator.store._pg_schema import CHANNEL, failure
@@ -60,6 +62,11 @@ _LOCK_SESSIONS: Final = (
 _FIND_IDS: Final = (
     "SELECT e.event_id, s.session_id, e.idx, e.type, e.payload FROM troupe_events AS e "
     "JOIN troupe_sessions AS s ON s.sid = e.sid WHERE e.event_id = ANY(%b::text[])"
+)
+_FIND_DERIVED: Final = (
+    "SELECT s.session_id, e.idx, e.type, e.payload FROM unnest(%b::text[], %b::bigint[]) AS d(session_id, idx) "
+    "JOIN troupe_sessions AS s ON s.session_id = d.session_id "
+    "JOIN troupe_events AS e ON e.sid = s.sid AND e.idx = d.idx WHERE e.event_id IS NULL"
 )
 _INSERT_EVENTS: Final = (
     "INSERT INTO troupe_events (sid, idx, at, event_id, type, payload) SELECT * FROM "
@@ -106,12 +113,14 @@ def plan(
         if batch.expected_index is not None and batch.expected_index != last:
             out.results.append(conflict(batch.session_id, batch.expected_index, last))
             continue
+        derived = derived_event_prefix(batch.session_id)
         for offset, event in enumerate(batch.events, start=1):
             blob = compress(event.blob)
             sids.append(sid)
             idxs.append(last + offset)
             ats.append(event.at)
-            event_ids.append(event.id)
+            # An id derived from its own position is stored as NULL (see ``_pg_schema``).
+            event_ids.append(None if event.id == f"{derived}{last + offset}" else event.id)
             types.append(event.type)
             blobs.append(blob)
             known[event.id] = StoredEvent(batch.session_id, last + offset, event.type, blob)
@@ -229,18 +238,26 @@ class GroupWriter:
         live = [b for b in batches if isinstance(b, PreparedBatch)]
         sessions = sorted({b.session_id for b in live})
         ids = [e.id for b in live for e in b.events]
+        positions = [p for p in map(derived_event_position, ids) if p is not None]
         try:
             async with conn.pipeline():
                 await conn.execute("BEGIN")
                 await conn.execute(_CREATE_SESSIONS, (sessions,))
                 locked_cursor = await conn.execute(_LOCK_SESSIONS, (sessions,))
                 found_cursor = await conn.execute(_FIND_IDS, (ids,), binary=True)
+                derived_cursor = await conn.execute(
+                    _FIND_DERIVED, ([s for s, _ in positions], [i for _, i in positions]), binary=True
+                )
                 xact_cursor = await conn.execute("SELECT pg_current_xact_id()::text")
             locked = {str(s): (int(sid), int(last)) for s, sid, last in await locked_cursor.fetchall()}
             found = {
                 str(event_id): StoredEvent(str(session), int(idx), str(kind), bytes(blob))
                 for event_id, session, idx, kind, blob in await found_cursor.fetchall()
             }
+            for session, idx, kind, blob in await derived_cursor.fetchall():
+                found[derived_event_id(str(session), int(idx))] = StoredEvent(
+                    str(session), int(idx), str(kind), bytes(blob)
+                )
             xact = await xact_cursor.fetchone()
             assert xact is not None
             xid = str(xact[0])

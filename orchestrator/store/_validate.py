@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from orchestrator.core._json import json_problem
 from orchestrator.core.errors import PartialDuplicateBatch, StoreError, UsageError
-from orchestrator.core.events import Event
+from orchestrator.core.events import Event, check_payload
 from orchestrator.core.wire import pack
 from orchestrator.store.base import AppendBatch
 
@@ -38,7 +37,6 @@ MAX_ID_LENGTH: Final = 1024
 Generous for nested sub-agent ids (``parent/call/call…``); a longer one is almost surely a bug
 (a whole message used as an id), and ids are stored in indexes.
 """
-_JSON_KINDS: Final = "dict, list, str, int, float, bool or None"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,14 +156,10 @@ def _prepare_event(event: object, position: int, trusted: bool = False) -> Prepa
     if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
         raise UsageError(f"event {event_id!r}: at must be a finite number of seconds, got {at!r}")
     payload: object = event.payload
+    if not trusted:
+        check_payload(event_id, payload)
     if not isinstance(payload, Mapping):
         raise UsageError(f"event {event_id!r}: payload must be a JSON object (a dict), got {type(payload).__name__}")
-    problem = None if trusted else json_problem(payload, "payload")
-    if problem is not None:
-        raise UsageError(
-            f"event {event_id!r}: {problem.message}; payloads must be JSON ({_JSON_KINDS}): "
-            "convert it (e.g. with orchestrator.core.wire.part_to_wire) before appending"
-        )
     return PreparedEvent(event_id, event_type, float(at), pack(payload))
 
 

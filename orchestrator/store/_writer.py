@@ -11,11 +11,19 @@ on a lock, and the loop never blocks on SQLite.
 ``BEGIN IMMEDIATE`` takes SQLite's write lock up front, so writers in other processes (actors
 sharing the file) queue on ``busy_timeout`` at the start of a transaction, instead of failing
 with "database is locked" when a read transaction tries to become a write one.
+
+A database file deleted (or replaced) while open is still written happily by SQLite: the open
+descriptor keeps the unlinked inode alive, every commit succeeds, and nothing a reader opens
+later will ever see it. So before each COMMIT the writer checks that the path still names the
+file it opened (``FileIdentity``: one ``stat`` per transaction, not per event); if not, the
+transaction is rolled back, its callers get a ``StoreError`` saying what happened, and every
+later write fails the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import sqlite3
 import threading
@@ -26,12 +34,47 @@ from typing import Any, Final, TypeVar
 
 from orchestrator.core.errors import StoreError, TroupeError
 
-__all__ = ["GroupCommitWriter", "InlineGroupWriter"]
+__all__ = ["FileIdentity", "GroupCommitWriter", "InlineGroupWriter"]
 
 T = TypeVar("T")
 
 _MAX_GROUP: Final = 4096
 """Most jobs in one transaction: bounds a transaction's size and the latency of its first job."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """Which file a path named when the store opened it: its device and inode."""
+
+    path: str
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: str) -> FileIdentity:
+        """The file ``path`` names now."""
+        found = os.stat(path)
+        return cls(path, found.st_dev, found.st_ino)
+
+    def problem(self) -> str | None:
+        """Why a write to the file opened as ``path`` would be lost, or ``None`` while it is still there."""
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return (
+                f"the database file {self.path} was deleted (or moved) while the store had it open: "
+                "writes would go to a file no reader can open, so none is accepted; restore the file "
+                "and restart the process, or start over with a new store"
+            )
+        except OSError as error:
+            return f"the database file {self.path} cannot be checked ({error})"
+        if (now.st_dev, now.st_ino) != (self.device, self.inode):
+            return (
+                f"the database file {self.path} was replaced by another file (inode {now.st_ino}, "
+                f"opened as {self.inode}) while the store had it open: writes would go to the old file, "
+                "which no reader can open any more, so none is accepted; restart the process to use the new file"
+            )
+        return None
 
 
 @dataclass(slots=True)
@@ -50,7 +93,13 @@ class GroupCommitWriter:
     """
 
     def __init__(
-        self, connect: Callable[[], sqlite3.Connection], *, name: str, describe: str, busy_timeout: float = 30.0
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        name: str,
+        describe: str,
+        busy_timeout: float = 30.0,
+        watch: str | None = None,
     ) -> None:
         """Start the thread; it opens its connection with ``connect`` before taking work.
 
@@ -59,10 +108,13 @@ class GroupCommitWriter:
             name: the thread's name.
             describe: the store, for error messages (its URL).
             busy_timeout: seconds to wait for another process's write lock before failing.
+            watch: the database file: every commit first checks it was not deleted or replaced.
         """
         self._connect = connect
         self._describe = describe
         self.busy_timeout = busy_timeout
+        self._watch = watch
+        self._identity: FileIdentity | None = None
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._stopping = False
@@ -109,9 +161,20 @@ class GroupCommitWriter:
         """The error for use after ``close``."""
         return StoreError(f"the store {self._describe} is closed: open it again with open_store({self._describe!r})")
 
+    def _open(self) -> sqlite3.Connection:
+        """Open the write connection and note which file it opened."""
+        conn = self._connect()
+        if self._watch is not None:
+            try:
+                self._identity = FileIdentity.of(self._watch)
+            except OSError:
+                conn.close()
+                raise
+        return conn
+
     def _run(self) -> None:
         try:
-            conn = self._connect()
+            conn = self._open()
         except (sqlite3.Error, OSError, StoreError) as error:
             detail = error.message if isinstance(error, StoreError) else str(error)
             self._failure = StoreError(
@@ -183,6 +246,12 @@ class GroupCommitWriter:
                 else:
                     conn.execute("RELEASE job")
                     outcomes.append((True, value))
+            lost = self._identity.problem() if self._identity is not None else None
+            if lost is not None:  # committing would acknowledge writes nobody will ever read
+                conn.execute("ROLLBACK")
+                self._failure = StoreError(f"{self._describe}: {lost}")
+                _settle([(job, False, StoreError(f"{self._describe}: {lost}; nothing was written")) for job in jobs])
+                return
             conn.execute("COMMIT")
         except sqlite3.Error as error:
             # An I/O error, a full disk, or an error that made SQLite roll back on its own: none of
@@ -216,12 +285,20 @@ class InlineGroupWriter(GroupCommitWriter):
     """
 
     def __init__(
-        self, connect: Callable[[], sqlite3.Connection], *, name: str, describe: str, busy_timeout: float = 30.0
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        *,
+        name: str,
+        describe: str,
+        busy_timeout: float = 30.0,
+        watch: str | None = None,
     ) -> None:
         # No thread: the parent's __init__ (which starts one) is deliberately not called.
         self._connect = connect
         self._describe = describe
         self.busy_timeout = busy_timeout
+        self._watch = watch
+        self._identity: FileIdentity | None = None
         self._lock = threading.Lock()
         self._stopping = False
         self._failure: StoreError | None = None
@@ -236,7 +313,7 @@ class InlineGroupWriter(GroupCommitWriter):
         with self._lock:
             if self._conn is None:
                 try:
-                    self._conn = self._connect()
+                    self._conn = self._open()
                 except (sqlite3.Error, OSError, StoreError) as error:
                     detail = error.message if isinstance(error, StoreError) else str(error)
                     self._failure = StoreError(

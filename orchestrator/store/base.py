@@ -36,7 +36,7 @@ from typing import Protocol, runtime_checkable
 from orchestrator.core.errors import StoreError
 from orchestrator.core.events import AppendResult, Event
 
-__all__ = ["AppendBatch", "AppendResult", "EventStore", "Followable", "SessionSummary", "Snapshot"]
+__all__ = ["AppendBatch", "AppendResult", "EventStore", "Followable", "Measurable", "SessionSummary", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,4 +180,13 @@ class Followable(Protocol):
         Raises:
             StoreError: the store is closed (ends the iteration), or cannot be read.
         """
+        ...
+
+
+@runtime_checkable
+class Measurable(Protocol):
+    """A store that can say how many bytes it takes (SQLite, PostgreSQL): the benchmarks' size figures."""
+
+    async def stored_bytes(self) -> int:
+        """Bytes of storage its data takes now, indexes included."""
         ...

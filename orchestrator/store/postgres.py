@@ -26,6 +26,7 @@ from typing import Final
 
 from orchestrator.core.errors import StoreError
 from orchestrator.core.events import AppendResult, Event
+from orchestrator.core.ids import derived_event_prefix
 from orchestrator.store._codec import decode
 from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._pg_engine import Connection, Engine
@@ -53,6 +54,11 @@ _SELECT_EVENTS: Final = (
 _UPSERT_SNAPSHOT: Final = (
     "INSERT INTO troupe_snapshots (session_id, reducer, idx, data) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (session_id, reducer) DO UPDATE SET idx = excluded.idx, data = excluded.data"
+)
+_SIZE: Final = (
+    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class AS c "
+    "WHERE c.relkind = 'r' AND c.relname IN ('troupe_sessions', 'troupe_events', 'troupe_snapshots') "
+    "AND pg_table_is_visible(c.oid)"
 )
 _FOLLOW_PAGE: Final = 1000
 """Events per read while following: a follower far behind catches up in pages."""
@@ -185,8 +191,9 @@ class PostgresStore:
 
         async def select(conn: Connection) -> list[Event]:
             cursor = await conn.execute(_SELECT_EVENTS, (sid, start, count), binary=True)
+            derived = derived_event_prefix(sid)
             return [
-                Event(event_id, kind, decode(bytes(blob)), at, sid, idx)
+                Event(event_id or f"{derived}{idx}", kind, decode(bytes(blob)), at, sid, idx)
                 for idx, event_id, kind, at, blob in await cursor.fetchall()
             ]
 
@@ -240,6 +247,17 @@ class PostgresStore:
             return None if row is None else Snapshot(int(row[0]), bytes(row[1]))
 
         return await self._engine.call(self._engine.run("loading a snapshot", select))
+
+    async def stored_bytes(self) -> int:
+        """Bytes Troupe's tables take in the database: rows, indexes and TOAST (in 8 KB pages)."""
+        self._check_open()
+
+        async def select(conn: Connection) -> int:
+            cursor = await conn.execute(_SIZE)
+            row = await cursor.fetchone()
+            return 0 if row is None else int(row[0])
+
+        return await self._engine.call(self._engine.run("measuring the tables", select))
 
     async def follow(self, session_id: str, after: int = 0) -> AsyncGenerator[Event, None]:
         """The session's events with index > ``after``, then each new one as it commits (forever).

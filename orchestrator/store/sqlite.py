@@ -25,7 +25,7 @@ from typing import Final, TypeVar
 
 from orchestrator.core.errors import StoreError, UsageError
 from orchestrator.core.events import AppendResult, Event
-from orchestrator.core.ids import derived_event_prefix
+from orchestrator.core.ids import derived_event_position, derived_event_prefix
 from orchestrator.store._codec import compress, decode
 from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._rules import StoredEvent, conflict, id_range, replay_result
@@ -115,6 +115,7 @@ class SqliteStore:
             name="troupe-sqlite-writer",
             describe=self._url,
             busy_timeout=busy_timeout,
+            watch=self._path,
         )
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="troupe-sqlite-read")
         self._idle: list[sqlite3.Connection] = []
@@ -273,6 +274,11 @@ class SqliteStore:
             if hook is not None:
                 hook(self._rows_inserted)
 
+    async def stored_bytes(self) -> int:
+        """Bytes the store takes on disk: the file, indexes included, after a WAL checkpoint."""
+        self._check_open()
+        return await asyncio.to_thread(_checkpointed_size, self._path)
+
     # -- reads -------------------------------------------------------------------------------
 
     async def read(self, session_id: str, after: int = 0, limit: int | None = None) -> list[Event]:
@@ -380,19 +386,26 @@ class SqliteStore:
             raise self._writer.closed_error()
 
 
+def _checkpointed_size(path: str) -> int:
+    """The file's size once the WAL is folded into it (what the data takes, not the WAL's history)."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    wal = f"{path}-wal"
+    return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
+
+
 def _open_writer(path: str, busy_timeout: float) -> sqlite3.Connection:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     return connect_writer(path, busy_timeout=busy_timeout)
 
 
 def _derived_index(event_id: str, session_id: str) -> int | None:
-    """The index a derived id (``troupe:<session>#<index>``) names, else ``None``."""
-    prefix = derived_event_prefix(session_id)
-    if event_id.startswith(prefix):
-        number = event_id[len(prefix) :]
-        if number.isdigit():
-            return int(number)
-    return None
+    """The index a derived id of ``session_id`` (``troupe:<session>#<index>``) names, else ``None``."""
+    position = derived_event_position(event_id)
+    return position[1] if position is not None and position[0] == session_id else None
 
 
 def _moved_derived_ids(conn: sqlite3.Connection, sid: int, last: int, batch: PreparedBatch) -> bool:

@@ -42,6 +42,8 @@ def _dump(value: Any) -> Any:
 
 ADDED_SINCE: dict[str, Any] = {"model_metadata": {}}
 """Fields ``AIState`` gained after the fixtures were recorded, and the value an old log folds them to."""
+TOOL_RECORD_ADDED_SINCE: dict[str, Any] = {"recovery": None}
+"""Fields ``ToolRecord`` gained after the fixtures were recorded (an old ``ai.tool.started`` sets none)."""
 
 
 def _summary(state: AIState) -> dict[str, Any]:
@@ -51,6 +53,9 @@ def _summary(state: AIState) -> dict[str, Any]:
     fields["pending"] = sorted(state.pending)
     for name, default in ADDED_SINCE.items():
         assert fields.pop(name) == default, name  # an old log holds none of the events that set it
+    for record in fields["tools"].values():
+        for name, default in TOOL_RECORD_ADDED_SINCE.items():
+            assert record.pop(name) == default, name
     return fields
 
 

@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator, Iterator
 import psycopg
 import pytest
 
-from orchestrator.core.errors import ConcurrencyConflict, StoreError
+from orchestrator.core.errors import ConcurrencyConflict, PartialDuplicateBatch, StoreError
 from orchestrator.core.events import AppendResult, Event
+from orchestrator.core.wire import pack
 from orchestrator.store import AppendBatch, EventStore, open_store
 from orchestrator.store._pg_engine import Retry
 from orchestrator.store._pg_follow import LISTENER_NAME
-from orchestrator.store._pg_schema import SCHEMA_VERSION
+from orchestrator.store._pg_schema import MIGRATIONS, SCHEMA_VERSION
 from orchestrator.store.base import Followable
 from orchestrator.store.postgres import PostgresStore
 from orchestrator.testing import eventually
@@ -286,3 +287,83 @@ async def test_a_server_restart_loses_nothing_acknowledged(own_server: PgServer)
     finally:
         await reopened.close()
     assert len(acknowledged) == 20 + 4 * 60 + 20
+
+
+# -- derived ids: NULL, as in SQLite -------------------------------------------------------------
+
+
+def derived(session: str, index: int) -> str:
+    return f"troupe:{session}#{index}"
+
+
+async def _stored_ids(url: str) -> list[str | None]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cursor = await conn.execute("SELECT event_id FROM troupe_events ORDER BY sid, idx")
+        return [row[0] for row in await cursor.fetchall()]
+
+
+async def test_ids_derived_from_the_position_are_stored_as_null_and_read_back(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        events = [ev("u-1"), ev(derived("s", 2)), ev(derived("s", 3)), ev(derived("s", 9))]
+        await store.append("s", events, expected_index=0)
+        # Only the ids that match their own position are left out; #9 at index 4 is kept verbatim.
+        assert await _stored_ids(pg_url) == ["u-1", None, None, derived("s", 9)]
+        assert [e.id for e in await store.read("s")] == [e.id for e in events]
+    finally:
+        await store.close()
+
+
+async def test_a_derived_id_stored_as_null_is_still_unique(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        batch = [ev(derived("s", 1)), ev(derived("s", 2))]
+        first = await store.append("s", batch, expected_index=0)
+        again = await store.append("s", batch, expected_index=0)  # a retry after a lost reply
+        assert again.duplicate and (again.first_index, again.last_index) == (first.first_index, first.last_index)
+        with pytest.raises(PartialDuplicateBatch):  # the same ids with other content
+            await store.append("s", [Event(derived("s", 1), "note", {"other": 1}, 0.0)], expected_index=0)
+        with pytest.raises(PartialDuplicateBatch):  # appended at another position, or in another session
+            await store.append("s", [Event(derived("s", 2), "note", {"other": 2}, 0.0)])
+        with pytest.raises(PartialDuplicateBatch, match="already belongs to session 's'"):
+            await store.append("t", [ev(derived("s", 2))])
+        # A retry whose group also holds the original: the group sees its own NULL ids too.
+        results = await store.append_many(
+            [AppendBatch("u", [ev(derived("u", 1))], 0), AppendBatch("u", [ev(derived("u", 1))], 0)]
+        )
+        assert [(r.first_index, r.duplicate) for r in results if isinstance(r, AppendResult)] == [(1, False), (1, True)]
+        assert [e.id for e in await store.read("s")] == [derived("s", 1), derived("s", 2)]
+    finally:
+        await store.close()
+
+
+async def test_rows_of_schema_version_1_keep_their_ids_and_replay(pg_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        await _migrate(conn, pg_url, through=1)
+        await conn.execute("INSERT INTO troupe_sessions (session_id, last_index) VALUES ('s', 1)")
+        await conn.execute(
+            "INSERT INTO troupe_events (sid, idx, at, event_id, type, payload) "
+            "SELECT sid, 1, 0, %s, 'note', %s FROM troupe_sessions",
+            (derived("s", 1), pack({"n": derived("s", 1)})),
+        )
+    store = PostgresStore(pg_url)
+    try:
+        assert await store.migrate() == (1, SCHEMA_VERSION)
+        assert (await store.append("s", [ev(derived("s", 1))], expected_index=0)).duplicate
+        await store.append("s", [ev(derived("s", 2))], expected_index=1)
+        assert await _stored_ids(pg_url) == [derived("s", 1), None]
+        assert [e.id for e in await store.read("s")] == [derived("s", 1), derived("s", 2)]
+    finally:
+        await store.close()
+
+
+async def _migrate(conn: psycopg.AsyncConnection[tuple[object, ...]], url: str, *, through: int) -> None:
+    """Lay out the schema as version ``through`` left it (the migrations up to it, recorded)."""
+    async with conn.transaction():
+        await conn.execute(
+            "CREATE TABLE troupe_schema (version integer PRIMARY KEY, applied_at double precision NOT NULL)"
+        )
+        for version in range(1, through + 1):
+            for statement in MIGRATIONS[version - 1]:
+                await conn.execute(statement)
+            await conn.execute("INSERT INTO troupe_schema VALUES (%s, 0)", (version,))

@@ -1,4 +1,9 @@
-"""Integration tests share one local Ray per test session; each test gets its own namespace and store."""
+"""Integration tests share one local Ray per test session; each test gets its own namespace and store.
+
+The store is a SQLite file unless a test asks for others with ``ON_EVERY_STORE`` (an indirect
+parametrization of ``store_url``): the crash tests run on PostgreSQL too, where a host's restart
+reconnects to a server instead of reopening a file.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +41,15 @@ def ray_session() -> Iterator[None]:
     shutil.rmtree(temp, ignore_errors=True)
 
 
+ON_EVERY_STORE = pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+"""Run a test on a SQLite file and on a fresh PostgreSQL database (``tests/pg.py``'s server)."""
+
+
 @pytest.fixture
-def store_url(tmp_path: Path) -> str:
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if getattr(request, "param", "sqlite") == "postgres":
+        url: str = request.getfixturevalue("pg_url")
+        return url
     return f"sqlite:///{tmp_path / 'troupe.db'}"
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.pg import _require_binaries
+
 from .cli_process import REPO, troupe
 
 
@@ -56,3 +58,17 @@ def test_troupe_bench_actors(workdir: Path) -> None:
     assert figures["nested"]["parts"] == 5000 and figures["nested"]["parts_per_s"] > 0
     assert figures["first_nested_part"]["pooled"]["trials"] == 2
     assert len(figures["recovery"]["runs"]) == 1 and "recovery" in done.stdout
+
+
+@pytest.mark.slow
+def test_troupe_bench_shop_runs_sqlite_and_postgresql_side_by_side(workdir: Path) -> None:
+    _require_binaries()
+    out = workdir / "shop.json"
+    args = ("--sizes", "2", "--repeats", "1", "--store", "sqlite", "--store", "postgres", "--json", str(out))
+    done = troupe("bench", "shop", *args, cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    figures = json.loads(out.read_text())
+    assert sorted(figures) == ["postgres", "sqlite"]
+    for by_size in figures.values():
+        assert by_size["2"]["sessions_per_s"] > 0 and by_size["2"]["store_bytes_per_session"] > 0
+    assert "N=2: postgres sessions/s =" in done.stdout

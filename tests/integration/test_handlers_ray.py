@@ -15,6 +15,7 @@ from orchestrator.core.events import Event
 from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel, eventually
 
+from .conftest import ON_EVERY_STORE
 from .helpers import Gate
 
 TIMEOUT = 30
@@ -27,6 +28,7 @@ def handled_agent(gate: Any) -> Agent:
     return Agent("desk", "x", ScriptedModel([[{"text": "ok"}]], per_turn=True), handlers={"ticket.flagged": on_flagged})
 
 
+@ON_EVERY_STORE
 @pytest.mark.slow
 async def test_a_host_killed_mid_handler_runs_it_again_and_records_it_once(runtime: Runtime) -> None:
     gate = Gate.remote()

@@ -23,6 +23,7 @@ from orchestrator.run.agent import Agent, Compaction
 from orchestrator.testing import ScriptedModel, eventually
 from tests.fixtures.agents import Counter, approving_tree, delegating
 
+from .conftest import ON_EVERY_STORE
 from .helpers import CrashingModel, Gate, count_compact, count_lines, crashing_tool, gated_model
 
 TIMEOUT = 60
@@ -153,6 +154,7 @@ async def crash(rt: Runtime, session_id: str, gate: Any, mode: str) -> None:
         ray.kill(await host_of(rt, session_id), no_restart=False)
 
 
+@ON_EVERY_STORE
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_crash_during_a_model_step_restarts_the_step(runtime: Runtime, tmp_path: Path, mode: str) -> None:
@@ -182,6 +184,7 @@ def tool_agent(rt: Runtime, name: str, marker: str, recovery: str, mode: str, ga
     )
 
 
+@ON_EVERY_STORE
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_crash_during_a_rerun_tool_runs_it_again(runtime: Runtime, tmp_path: Path, mode: str) -> None:
@@ -199,6 +202,7 @@ async def test_a_crash_during_a_rerun_tool_runs_it_again(runtime: Runtime, tmp_p
     assert call(state.messages, "sync_inventory").output == "sync_inventory done"
 
 
+@ON_EVERY_STORE
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_crash_during_a_report_tool_reports_it_once(runtime: Runtime, tmp_path: Path, mode: str) -> None:
@@ -218,6 +222,7 @@ async def test_a_crash_during_a_report_tool_reports_it_once(runtime: Runtime, tm
     assert sum(1 for e in events if e.type == ai.TOOL_FAILED and e.payload.get("code") == "interrupted") == 1
 
 
+@ON_EVERY_STORE
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 async def test_a_crash_during_a_running_sub_agent(runtime: Runtime, tmp_path: Path, mode: str) -> None:
@@ -294,6 +299,7 @@ async def test_pause_after_turn_on_a_tree_lets_the_turn_finish_and_holds_the_nex
     assert (await asyncio.wait_for(second.finished, TIMEOUT)).success
 
 
+@ON_EVERY_STORE
 async def test_a_host_killed_right_after_accepting_a_prompt_runs_the_turn_by_itself(runtime: Runtime) -> None:
     session = runtime.session("killed-early", agent=Agent("dripper", "Drip.", Drip(seconds=0.2)))
     await session.prompt("go")  # accepted: the input is in the log

@@ -15,6 +15,7 @@ from orchestrator.run.agent import Agent
 from orchestrator.testing import eventually
 from tests.fixtures.agents import delegating
 
+from .conftest import ON_EVERY_STORE
 from .helpers import Gate, gated_model
 from .test_runtime import assert_nested_two_levels
 
@@ -50,6 +51,7 @@ async def test_a_restarted_supervisor_rebuilds_its_directory_from_the_hosts(runt
     assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
 
 
+@ON_EVERY_STORE
 @pytest.mark.slow
 async def test_a_killed_host_is_recovered_and_its_session_streams_again(runtime: Runtime) -> None:
     gate = Gate.remote()

@@ -14,8 +14,8 @@ from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import Command, Decision, decide
 from orchestrator.core.contract import Contract
 from orchestrator.core.events import Event
-from orchestrator.core.fold import evolve, fold_events, initial_state
-from orchestrator.core.plan import Append, Limits, RunStep, RunTool, next_effect
+from orchestrator.core.fold import INTERRUPTED, evolve, fold_events, initial_state
+from orchestrator.core.plan import Append, Cancel, Limits, RunStep, RunTool, next_effect
 from orchestrator.core.stream import AgentStreamPart, ToolCall
 from orchestrator.core.wire import part_to_wire
 
@@ -23,9 +23,13 @@ from orchestrator.core.wire import part_to_wire
 class Driver:
     """Keeps a log (a list of events) and its fold, like ``SessionLog`` without a store."""
 
-    def __init__(self, contract: Contract | None = None, limits: Limits | None = None) -> None:
+    def __init__(
+        self, contract: Contract | None = None, limits: Limits | None = None, policy: dict[str, str] | None = None
+    ) -> None:
         self.contract = contract
         self.limits = limits or Limits()
+        self.policy = policy or {}
+        """Tool name -> ``rerun`` or ``report`` (default ``rerun``), for work a pause now or a retry cancels."""
         self.log: list[Event] = []
         self.state: AIState = initial_state(contract)
 
@@ -51,6 +55,9 @@ class Driver:
                 continue
             if isinstance(effect, RunStep | RunTool) or effect is None:
                 return effect
+            if isinstance(effect, Cancel):
+                self.cancel(effect.reason)
+                continue
             raise AssertionError(f"unexpected effect {effect!r}")
         raise AssertionError("the planner did not settle")
 
@@ -106,6 +113,30 @@ class Driver:
         self.append(Event("", ai.TOOL_FINISHED, {"callId": call.id, "output": output}))
         self.settle()
         return call.id
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the work in flight as the runner does (``orchestrator.run``'s ``_cancel_work``)."""
+        active = self.state.active
+        assert active is not None
+        step = active.step
+        if step is not None and step.status == "running":
+            self.append(
+                Event("", ai.STEP_SUPERSEDED, {"stepId": step.id, "reason": reason, "restart": reason == "paused"})
+            )
+        for record in list(self.state.tools.values()):
+            if record.turn_id != active.id or record.status != "running":
+                continue
+            policy = self.policy.get(record.name, "rerun")
+            if reason == "paused" and policy == "rerun":
+                self.append(Event("", ai.TOOL_RESET, {"callId": record.id, "reason": reason}))
+            elif policy == "report":
+                self.append(
+                    Event("", ai.TOOL_FAILED, {"callId": record.id, "error": INTERRUPTED, "code": "interrupted"})
+                )
+            else:
+                self.append(
+                    Event("", ai.TOOL_FAILED, {"callId": record.id, "error": "Cancelled.", "code": "cancelled"})
+                )
 
     def replay(self) -> AIState:
         return fold_events(self.log, None, self.contract)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from orchestrator.surfaces.bench.store import three_turn_session
 from orchestrator.surfaces.cli.main import app
 from orchestrator.surfaces.cli.sessions import follow_events
 from orchestrator.surfaces.config import load_agent
+from tests.pg import _require_binaries
 
 REPO = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -115,3 +117,39 @@ async def test_tail_follows_a_postgresql_store_without_polling(pg_url: str) -> N
         await events.aclose()
     finally:
         await store.close()
+
+
+def test_an_unreachable_postgresql_is_one_line_and_a_failure_before_anything_starts() -> None:
+    # Port 1 on loopback: nothing listens. The runtime checks its store before Ray starts (this
+    # tier refuses ray.init, so reaching it would fail differently).
+    url = "postgresql://troupe:secret@127.0.0.1:1/nowhere"
+    for command in (["serve", str(REPO / "configs" / "shop.yaml")], ["run", str(REPO / "configs" / "shop.yaml")]):
+        result = invoke(*command, "--store", url)
+        assert result.exit_code == 1, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1, result.output
+        assert lines[0].startswith("error: cannot reach PostgreSQL at postgresql://troupe@127.0.0.1:1/nowhere: ")
+        assert "secret" not in result.output
+
+
+def test_bench_store_runs_sqlite_and_a_throwaway_postgresql_side_by_side(tmp_path: Path) -> None:
+    _require_binaries()
+    out = tmp_path / "store.json"
+    args = ("--parts", "3000", "--sessions", "10", "--store", "sqlite", "--store", "postgres", "--json", str(out))
+    result = invoke("bench", "store", *args)
+    assert result.exit_code == 0, result.output
+    figures = json.loads(out.read_text())
+    assert [f["store"] for f in figures] == ["sqlite", "postgres (throwaway server, fsync=off)"]
+    for figure in figures:
+        assert [run["batch_size"] for run in figure["runs"]] == [64, 256]
+        assert all(
+            run["parts_per_s"] > 0 and 0 < run["append_ms_p50"] <= run["append_ms_p99"] for run in figure["runs"]
+        )
+        assert figure["session_bytes"] > 1000
+    assert "postgres (throwaway server, fsync=off) event store" in result.output
+
+
+def test_bench_store_refuses_a_store_it_cannot_make() -> None:
+    result = invoke("bench", "store", "--store", "mysql://somewhere/db")
+    assert result.exit_code == 2  # a usage error, like every other
+    assert "give sqlite, postgres (a throwaway server) or a postgresql:// URL" in result.output

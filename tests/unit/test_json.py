@@ -178,3 +178,19 @@ def test_every_prefix_of_real_arguments_drafts_a_prefix_of_them() -> None:
         assert all(draft[key] == ARGUMENTS[key] for key in keys[:-1]), text[:cut]  # finished values are whole
         if keys and isinstance(draft[keys[-1]], str):  # the open one is a prefix
             assert str(ARGUMENTS[keys[-1]]).startswith(str(draft[keys[-1]])), text[:cut]
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ("\ud800", "v"),
+        ({"a": ["ok", "x\udfff"]}, "v.a[1]"),
+        ({"k\udc80": 1}, "v"),
+        ({"a": {"b": "\udbff"}}, "v.a.b"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_in_strings_and_keys(value: object, path: str) -> None:
+    problem = json_problem(value, "v")
+    assert problem is not None and (problem.path, problem.fault) == (path, "string")
+    assert "lone surrogate (U+D" in problem.message
+    assert json_problem({"emoji \U0001f600": ["\u00e9\U0001f600"]}) is None  # a surrogate pair's character is fine

@@ -20,7 +20,8 @@ RAY_FREE_PACKAGES = ("orchestrator.core", "orchestrator.models", "orchestrator.s
 
 def _modules(package: str) -> list[str]:
     path = ROOT / package.replace(".", "/")
-    return [package, *(f"{package}.{m.name}" for m in pkgutil.walk_packages([str(path)]))]
+    # With the prefix, a subpackage is walked as itself: tools.mcp, not the MCP SDK's top-level mcp.
+    return [package, *(m.name for m in pkgutil.walk_packages([str(path)], prefix=f"{package}."))]
 
 
 def _loads(module: str) -> list[str]:

@@ -706,6 +706,35 @@ async def test_recovery_reports_an_interrupted_report_tool_exactly_once(store: E
         await third.close()
 
 
+async def test_recovery_keeps_the_policy_a_dynamic_tools_start_recorded(store: EventStore) -> None:
+    """A tool from a dynamic source (an MCP server) says its policy in ``ai.tool.started``: after a
+    crash it holds even when the source no longer lists the tool (the server is unreachable)."""
+    gate, counter = Gate(), Counter()
+
+    class Source:
+        def __init__(self, tools: Sequence[Tool]) -> None:
+            self.tools = tools
+
+        async def list_tools(self, app: Mapping[str, Any]) -> Sequence[Tool]:
+            return self.tools
+
+    model = ScriptedModel([[{"tool": "charge", "input": {}}], [{"text": "It may have been charged."}]])
+    before = Agent("a", "x", model, tools=[Source([blocking_tool(gate, counter, "report")])])
+    first = LocalSessions(store)
+    runner = await first.open("s-1", before)
+    await runner.submit(SendInput("u-1", "pay"))
+    await asyncio.wait_for(gate.reached.wait(), TIMEOUT)
+    started = [e for e in await store.read("s-1") if e.type == ai.TOOL_STARTED]
+    assert [e.payload.get("recovery") for e in started] == ["report"]
+    second, runner = await crash_and_reopen(store, replace(before, tools=[Source([])]), first)
+    try:
+        await runner.wait_for(lambda s: s.active is None, TIMEOUT)
+        assert len(counter.calls) == 1
+        assert (call(runner.state, "charge").state, call(runner.state, "charge").error) == ("error", INTERRUPTED)
+    finally:
+        await second.close()
+
+
 async def test_recovery_runs_a_tool_that_was_scheduled_but_never_started(store: EventStore) -> None:
     counter = Counter()
     agent = Agent(

@@ -1,20 +1,21 @@
-"""``troupe bench store``: how fast the SQLite store takes stream parts, and how small it keeps them.
+"""``troupe bench store``: how fast a store takes stream parts, and how small it keeps them.
 
-Two measurements, each on a fresh file:
+Two measurements, each on a fresh store (``scratch``: SQLite files, or PostgreSQL databases):
 
 - **Throughput.** ``ai.stream`` events whose payload is ``{"parts": [...]}`` of N ``text-delta``
   wire parts (4-character deltas), one event per append, appended by many sessions at once, so
-  group commit is exercised as it is under load. Reported as stream parts per second, per N.
-- **Size.** File bytes (after ``PRAGMA wal_checkpoint(TRUNCATE)``) per text-delta, and per
-  synthetic 3-turn agent session built from Troupe's own event types (``three_turn_session``).
+  group commit is exercised as it is under load. Reported as stream parts per second, per N, with
+  the latency of one append under that load (p50, p99) and the transactions it took.
+- **Size.** Stored bytes (``Measurable.stored_bytes``: SQLite's checkpointed file, PostgreSQL's
+  tables with their indexes and TOAST) per text-delta, and per synthetic 3-turn agent session
+  built from Troupe's own event types (``three_turn_session``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import sqlite3
+import statistics
 import time
 from collections.abc import Sequence
 from typing import Final
@@ -24,7 +25,9 @@ from orchestrator.core.errors import UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.stream import TextDelta
 from orchestrator.core.wire import pack, part_to_wire
-from orchestrator.store.sqlite import SqliteStore
+from orchestrator.store import EventStore, open_store
+from orchestrator.store.base import Measurable
+from orchestrator.surfaces.bench.scratch import Scratch
 
 __all__ = ["bench_store", "format_store_bench", "measure_session_bytes", "three_turn_session"]
 
@@ -39,54 +42,62 @@ _T0: Final = 1_780_000_000.0
 
 
 async def bench_store(
-    path: str,
+    scratch: Scratch,
     *,
     parts: int = 100_000,
     batch_sizes: Sequence[int] = (64, 256),
     sessions: int = 100,
 ) -> dict[str, object]:
-    """Benchmark the SQLite store at ``path``, which must not exist; it is removed afterwards.
+    """Benchmark one backend on fresh stores from ``scratch`` (each is dropped afterwards).
 
     Args:
-        path: where to create the scratch database (refused if the file exists).
+        scratch: where fresh stores come from (``scratch.scratch_stores``).
         parts: text-delta parts appended per batch size.
         batch_sizes: parts per ``ai.stream`` event (one event per append).
         sessions: sessions appending concurrently.
 
     Returns:
-        ``{"parts", "sessions", "runs": [{"batch_size", "events", "seconds", "parts_per_s",
-        "commits", "file_bytes", "bytes_per_part", "msgpack_bytes_per_part"}, ...],
-        "session_bytes"}``.
+        ``{"store", "parts", "sessions", "runs": [{"batch_size", "events", "seconds", "parts_per_s",
+        "commits", "append_ms_p50", "append_ms_p99", "file_bytes", "bytes_per_part",
+        "msgpack_bytes_per_part"}, ...], "session_bytes"}``.
     """
     if parts < 1 or sessions < 1 or not batch_sizes or min(batch_sizes) < 1:
         raise UsageError("parts, sessions and every batch size must be at least 1")
-    if await asyncio.to_thread(os.path.exists, path):
-        raise UsageError(f"{path} exists: bench_store needs a fresh file; pass a path that does not exist")
     runs = []
+    for size in batch_sizes:
+        url = await asyncio.to_thread(scratch.fresh)
+        try:
+            runs.append(await _run_parts(url, parts=parts, batch_size=size, sessions=sessions))
+        finally:
+            await asyncio.to_thread(scratch.drop, url)
+    url = await asyncio.to_thread(scratch.fresh)
     try:
-        for size in batch_sizes:
-            runs.append(await _run_parts(path, parts=parts, batch_size=size, sessions=sessions))
-            await asyncio.to_thread(_remove, path)
-        session_bytes = await measure_session_bytes(path, sessions=sessions)
+        session_bytes = await measure_session_bytes(url, sessions=sessions)
     finally:
-        await asyncio.to_thread(_remove, path)
-    return {"parts": parts, "sessions": sessions, "runs": runs, "session_bytes": session_bytes}
+        await asyncio.to_thread(scratch.drop, url)
+    return {"store": scratch.label, "parts": parts, "sessions": sessions, "runs": runs, "session_bytes": session_bytes}
 
 
-async def measure_session_bytes(path: str, *, sessions: int = 100) -> float:
-    """Bytes of SQLite file (indexes included) per synthetic 3-turn session.
+async def measure_session_bytes(url: str, *, sessions: int = 100) -> float:
+    """Stored bytes (indexes included) per synthetic 3-turn session, in the fresh store at ``url``.
 
-    Appends ``sessions`` copies of ``three_turn_session`` to a fresh file at ``path`` and divides
-    the checkpointed file size by their number; the file's fixed pages are shared among them,
-    as they are in a real store holding many sessions. Leaves the file in place.
+    Appends ``sessions`` copies of ``three_turn_session`` and divides the store's size by their
+    number; the store's fixed pages are shared among them, as they are in a real store holding
+    many sessions. Leaves the store in place.
     """
-    store = SqliteStore(path)
+    store = open_store(url)
     try:
         ids = [f"session-{i:05d}" for i in range(sessions)]
         await asyncio.gather(*(_append_all(store, sid, three_turn_session(sid)) for sid in ids))
+        return await _size(store) / sessions
     finally:
         await store.close()
-    return await asyncio.to_thread(_checkpointed_size, path) / sessions
+
+
+async def _size(store: EventStore) -> int:
+    if not isinstance(store, Measurable):
+        raise UsageError(f"{store.url} cannot say how many bytes it takes: bench a SQLite or PostgreSQL store")
+    return await store.stored_bytes()
 
 
 def three_turn_session(session_id: str) -> list[list[Event]]:
@@ -169,22 +180,23 @@ def format_store_bench(result: dict[str, object]) -> str:
     runs = result["runs"]
     assert isinstance(runs, list)
     lines = [
-        f"SQLite event store: {result['parts']:,} text-delta parts per row, {result['sessions']} sessions "
-        "appending at once, one ai.stream event per append",
+        f"{result['store']} event store: {result['parts']:,} text-delta parts per row, {result['sessions']} "
+        "sessions appending at once, one ai.stream event per append",
         f"{'parts/event':>11}  {'events':>7}  {'seconds':>8}  {'parts/s':>10}  {'commits':>7}  "
-        f"{'bytes/part':>10}  {'msgpack B/part':>14}",
+        f"{'append p50/p99 ms':>17}  {'bytes/part':>10}  {'msgpack B/part':>14}",
     ]
     for run in runs:
+        latency = f"{run['append_ms_p50']:.2f} / {run['append_ms_p99']:.2f}"
         lines.append(
             f"{run['batch_size']:>11}  {run['events']:>7,}  {run['seconds']:>8.3f}  "
-            f"{run['parts_per_s']:>10,.0f}  {run['commits']:>7,}  {run['bytes_per_part']:>10.2f}  "
+            f"{run['parts_per_s']:>10,.0f}  {run['commits']:>7,}  {latency:>17}  {run['bytes_per_part']:>10.2f}  "
             f"{run['msgpack_bytes_per_part']:>14.2f}"
         )
-    lines.append(f"3-turn agent session: {result['session_bytes']:,.0f} bytes of file per session, indexes included")
+    lines.append(f"3-turn agent session: {result['session_bytes']:,.0f} bytes stored per session, indexes included")
     return "\n".join(lines)
 
 
-async def _run_parts(path: str, *, parts: int, batch_size: int, sessions: int) -> dict[str, object]:
+async def _run_parts(url: str, *, parts: int, batch_size: int, sessions: int) -> dict[str, object]:
     per_session: list[list[Event]] = [[] for _ in range(sessions)]
     raw = 0
     for n, start in enumerate(range(0, parts, batch_size)):
@@ -195,29 +207,41 @@ async def _run_parts(path: str, *, parts: int, batch_size: int, sessions: int) -
         raw += len(pack(payload))
         per_session[n % sessions].append(Event(f"bench-{batch_size}-{n}", "ai.stream", payload, _T0 + n))
     events = sum(len(e) for e in per_session)
-    store = SqliteStore(path)
+    store = open_store(url)
+    latencies: list[float] = []
     try:
-        await store.append("bench-warmup", [Event("bench-warmup", "ai.stream", {"parts": []})])  # opens the file
-        commits = store.commits
+        await store.append("bench-warmup", [Event("bench-warmup", "ai.stream", {"parts": []})])  # connects
+        commits = _commits(store)
         began = time.perf_counter()
         await asyncio.gather(
-            *(_append_events(store, f"bench-{batch_size}-session-{i:04d}", evs) for i, evs in enumerate(per_session))
+            *(
+                _append_events(store, f"bench-{batch_size}-session-{i:04d}", evs, latencies)
+                for i, evs in enumerate(per_session)
+            )
         )
         seconds = time.perf_counter() - began
-        commits = store.commits - commits
+        commits = _commits(store) - commits
+        size = await _size(store)
     finally:
         await store.close()
-    size = await asyncio.to_thread(_checkpointed_size, path)
+    cuts = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else latencies * 99
     return {
         "batch_size": batch_size,
         "events": events,
         "seconds": seconds,
         "parts_per_s": parts / seconds,
         "commits": commits,
+        "append_ms_p50": cuts[49] * 1000,
+        "append_ms_p99": cuts[98] * 1000,
         "file_bytes": size,
         "bytes_per_part": size / parts,
         "msgpack_bytes_per_part": raw / parts,
     }
+
+
+def _commits(store: EventStore) -> int:
+    """Write transactions the store object has committed (SQLite and PostgreSQL count them)."""
+    return int(getattr(store, "commits", 0))
 
 
 def _delta(k: int) -> str:
@@ -225,27 +249,13 @@ def _delta(k: int) -> str:
     return f"{chr(65 + (k // 1000) % 26)}{k % 1000:03d}"
 
 
-async def _append_events(store: SqliteStore, session_id: str, events: list[Event]) -> None:
+async def _append_events(store: EventStore, session_id: str, events: list[Event], latencies: list[float]) -> None:
     for index, event in enumerate(events):
+        began = time.perf_counter()
         await store.append(session_id, [event], expected_index=index)
+        latencies.append(time.perf_counter() - began)
 
 
-async def _append_all(store: SqliteStore, session_id: str, batches: list[list[Event]]) -> None:
+async def _append_all(store: EventStore, session_id: str, batches: list[list[Event]]) -> None:
     for batch in batches:
         await store.append(session_id, batch)
-
-
-def _checkpointed_size(path: str) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-    wal = f"{path}-wal"
-    return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
-
-
-def _remove(path: str) -> None:
-    for name in (path, f"{path}-wal", f"{path}-shm"):
-        if os.path.exists(name):
-            os.remove(name)

@@ -7,11 +7,11 @@ a scratch directory, with telemetry off.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import json
-import shutil
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -49,22 +49,34 @@ def bench_reducer_command(
     _write_json(json_file, [dataclasses.asdict(case) for case in results])
 
 
+StoresOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--store",
+        help="sqlite (default), postgres (a throwaway server), or a postgresql:// URL whose server gets scratch "
+        "databases; repeat to run several side by side.",
+    ),
+]
+
+
 @bench_app.command("store")
 def bench_store_command(
     parts: Annotated[int, typer.Option(min=1, help="Text-delta parts appended per batch size.")] = 100_000,
     sessions: Annotated[int, typer.Option(min=1, help="Sessions appending at once.")] = 100,
+    store: StoresOption = None,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
 ) -> None:
-    """Stream parts/s into the SQLite store, and its bytes per part and per 3-turn session."""
+    """Stream parts/s into a store (SQLite, PostgreSQL), append latency under load, bytes per part and per session."""
+    from orchestrator.surfaces.bench.scratch import scratch_stores
     from orchestrator.surfaces.bench.store import bench_store, format_store_bench
 
-    scratch = Path(tempfile.mkdtemp(prefix="troupe-bench-store-"))
-    try:
-        result = asyncio.run(bench_store(str(scratch / "bench.db"), parts=parts, sessions=sessions))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    stdout().print(format_store_bench(result), highlight=False, soft_wrap=True)
-    _write_json(json_file, result)
+    results = []
+    for kind in store or ["sqlite"]:
+        with scratch_stores(kind) as scratch:
+            result = asyncio.run(bench_store(scratch, parts=parts, sessions=sessions))
+        stdout().print(format_store_bench(result), highlight=False, soft_wrap=True)
+        results.append(result)
+    _write_json(json_file, results if len(results) > 1 else results[0])
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -87,38 +99,79 @@ def bench_shop_command(
         Literal["pooled", "dedicated"], typer.Option(help="pooled: sessions share host actors; dedicated: one each.")
     ] = "pooled",
     workdir: Annotated[
-        Path | None, typer.Option(help="Keep the SQLite file and Ray's files here (default: a scratch dir, removed).")
+        Path | None, typer.Option(help="Keep Ray's files here (default: a scratch dir, removed).")
     ] = None,
+    store: StoresOption = None,
 ) -> None:
-    """The shop workload end to end on Ray: N sessions x 3 turns with a sub-agent, verified live."""
+    """The shop workload end to end on Ray: N sessions x 3 turns with a sub-agent, verified live.
+
+    With several ``--store``s the runs alternate between them (one run of each, then the next
+    round), each on a fresh local Ray and a fresh store, so that the machine's drift falls on all.
+    """
     counts = parse_sizes(sizes)
-    from actors.bench.shop import ShopRun, bench_shop, format_shop, write_json
+    from actors.bench.shop import ShopFigures, ShopRun, bench_shop, format_shop, write_json
+    from orchestrator.surfaces.bench.scratch import scratch_stores
 
     console = stdout()
-    done: dict[int, int] = {}
+    kinds = store or ["sqlite"]
+    done: dict[tuple[str, int], int] = {}
 
-    def progress(run: ShopRun) -> None:
-        done[run.sessions] = done.get(run.sessions, 0) + 1
-        console.print(
-            f"N={run.sessions:<5} run {done[run.sessions]}/{repeats}: {run.wall_s:.2f} s, "
-            f"{run.sessions_per_s:.1f} sessions/s, {run.text_chunks_per_s:,.0f} chunks/s, "
-            f"TTFT p50 {run.ttft_ms_p50:.1f} ms",
-            highlight=False,
-        )
+    def progress(kind: str) -> Callable[[ShopRun], None]:
+        def report(run: ShopRun) -> None:
+            key = (kind, run.sessions)
+            done[key] = done.get(key, 0) + 1
+            console.print(
+                f"{kind:<8} N={run.sessions:<5} run {done[key]}/{repeats}: {run.wall_s:.2f} s, "
+                f"{run.sessions_per_s:.1f} sessions/s, {run.text_chunks_per_s:,.0f} chunks/s, "
+                f"TTFT p50 {run.ttft_ms_p50:.1f} ms",
+                highlight=False,
+            )
 
-    console.print(f"bench shop: sizes {', '.join(map(str, counts))}, {repeats} run(s) each, {placement}")
-    figures = asyncio.run(
-        bench_shop(
-            counts,
-            repeats=repeats,
-            placement=placement,
-            workdir=None if workdir is None else str(workdir.resolve()),
-            progress=progress,
-        )
-    )
-    console.print(format_shop(figures), highlight=False, soft_wrap=True)
+        return report
+
+    plan = f"sizes {', '.join(map(str, counts))}, {repeats} run(s) each, {placement}"
+    console.print(f"bench shop: {plan}, store {' vs '.join(kinds)}")
+    figures: dict[str, dict[int, ShopFigures]] = {kind: {n: ShopFigures(n) for n in counts} for kind in kinds}
+    labels: dict[str, str] = {}
+    with contextlib.ExitStack() as scratches:
+        opened = {kind: scratches.enter_context(scratch_stores(kind)) for kind in kinds}
+        for _ in range(repeats):
+            for kind, scratch in opened.items():
+                labels[kind] = scratch.label
+                url = scratch.fresh()
+                try:
+                    ran = asyncio.run(
+                        bench_shop(
+                            counts,
+                            repeats=1,
+                            placement=placement,
+                            workdir=None if workdir is None else str(workdir.resolve()),
+                            store=url,
+                            progress=progress(kind),
+                        )
+                    )
+                finally:
+                    scratch.drop(url)
+                for result in ran:
+                    figures[kind][result.sessions].runs.extend(result.runs)
+    for kind in kinds:
+        if len(kinds) > 1:
+            console.print(f"\nstore: {labels[kind]}", highlight=False)
+        console.print(format_shop(list(figures[kind].values())), highlight=False, soft_wrap=True)
+    if len(kinds) > 1:
+        first = kinds[0]
+        for kind in kinds[1:]:
+            for n in counts:
+                ratio = figures[kind][n].median("sessions_per_s") / figures[first][n].median("sessions_per_s")
+                console.print(f"N={n}: {kind} sessions/s = {ratio:.2f}x {first}'s", highlight=False)
     if json_file is not None:
-        write_json(str(json_file), figures)
+        if len(kinds) == 1:
+            write_json(str(json_file), list(figures[kinds[0]].values()))
+        else:
+            json_file.write_text(
+                json.dumps({kind: {str(n): f.summary() for n, f in by_n.items()} for kind, by_n in figures.items()})
+                + "\n"
+            )
         console.print(f"figures written to {json_file}")
 
 
@@ -182,3 +235,39 @@ def bench_data_command(
     )
     console.print(format_data(runs), highlight=False, soft_wrap=True)
     _write_json(json_file, as_json(runs))
+
+
+@bench_app.command("chaos")
+def bench_chaos_command(
+    sessions: Annotated[int, typer.Option(min=1, help="Sessions to run (each --turns turns in a row).")] = 1000,
+    turns: Annotated[int, typer.Option(min=1, help="User turns per session.")] = 3,
+    kill_every: Annotated[float, typer.Option(min=0.2, help="Seconds between two faults (host SIGKILLs).")] = 2.0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Sessions running at once.")] = 200,
+    hosts: Annotated[int, typer.Option(min=1, help="Host actors (processes) to spread the sessions over.")] = 2,
+    limit: Annotated[float, typer.Option(min=1, help="Seconds the whole run may take before it fails.")] = 1800.0,
+    seed: Annotated[int, typer.Option(help="Seed of the fault schedule (which host is killed).")] = 7,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """Sessions under SIGKILLed hosts and a killed supervisor: no lost input, no repeated report effect."""
+    from actors.bench.chaos import bench_chaos, format_chaos
+
+    console = stdout()
+    console.print(
+        f"bench chaos: {sessions} sessions x {turns} turns, a host SIGKILLed every {kill_every:g} s, "
+        "the supervisor killed once"
+    )
+    figures = asyncio.run(
+        bench_chaos(
+            sessions=sessions,
+            turns=turns,
+            kill_every=kill_every,
+            concurrency=concurrency,
+            hosts=hosts,
+            seed=seed,
+            limit=limit,
+        )
+    )
+    console.print(format_chaos(figures), highlight=False, soft_wrap=True)
+    _write_json(json_file, figures.summary())
+    if not figures.ok:
+        fail("the chaos run broke a promise (see above)")

@@ -215,11 +215,13 @@ async def started_runtime(
     store: str | None = None,
     local: bool = False,
     workdir: Path | None = None,
+    follow: Literal["hosts", "store"] = "hosts",
 ) -> AsyncIterator[BaseRuntime]:
     """A started runtime for a command: in process (``local``) or on Ray, closed on exit.
 
     ``store`` (the ``--store`` option) wins over the config's ``runtime.store``. A local Ray gets
-    its own temp dir (see ``ray_temp_dir``) and quiet telemetry.
+    its own temp dir (see ``ray_temp_dir``) and quiet telemetry. ``follow="store"``: the Ray
+    runtime's subscriptions follow the store's log when it pushes commits (PostgreSQL).
 
     Raises:
         UsageError: a bad store URL, or ``memory://`` on Ray.
@@ -249,6 +251,7 @@ async def started_runtime(
             placement=settings.placement,
             hosts_per_node=settings.hosts_per_node,
             idle_timeout=settings.idle_timeout,
+            follow=follow,
             ray_options=options,
         )
         runtime = ray_runtime

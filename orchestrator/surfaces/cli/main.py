@@ -5,6 +5,7 @@
     troupe run CONFIG [--prompt TEXT]... [--sessions N] [--local]    run an agent, drawn live
     troupe chat CONFIG [--session-id ID] [--local]                   chat in the terminal
     troupe serve CONFIG [--host H] [--port P] [--api-key KEY]...     the HTTP API (uvicorn)
+    troupe mcp CONFIG [--transport stdio|http] [--port P]            the agents as MCP tools
     troupe sessions list|show|tail|replay                            read logs from the store (no Ray)
     troupe bench reducer|store|shop|actors                           measure this machine
     troupe store migrate URL | copy FROM TO                          a store's schema; move logs between stores
@@ -27,6 +28,7 @@ from orchestrator.core.errors import TroupeError, UsageError
 from orchestrator.run.gc_tuning import tune_gc
 from orchestrator.surfaces.cli import bench as cli_bench
 from orchestrator.surfaces.cli import chat as cli_chat
+from orchestrator.surfaces.cli import mcp as cli_mcp
 from orchestrator.surfaces.cli import run as cli_run
 from orchestrator.surfaces.cli import serve as cli_serve
 from orchestrator.surfaces.cli import sessions as cli_sessions
@@ -75,6 +77,7 @@ def options(
 app.command("run")(cli_run.run_command)
 app.command("chat")(cli_chat.chat_command)
 app.command("serve")(cli_serve.serve_command)
+app.command("mcp")(cli_mcp.mcp_command)
 app.add_typer(cli_sessions.sessions_app, name="sessions")
 app.add_typer(cli_bench.bench_app, name="bench")
 app.add_typer(cli_store.store_app, name="store")

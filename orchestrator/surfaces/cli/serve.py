@@ -60,7 +60,9 @@ async def serve_config(
     except ImportError as error:
         fail(f"troupe serve needs orchestrator.surfaces.http (FastAPI), which cannot be imported: {error}")
     out = console or stdout()
-    async with started_runtime(settings, store=store, local=local) as runtime:
+    # Subscriptions follow the store's log when it pushes commits (PostgreSQL's NOTIFY): a server
+    # on a node that hosts nothing sees each write at once, without a poll to the session's host.
+    async with started_runtime(settings, store=store, local=local, follow="store") as runtime:
         app: Any = create_app(runtime, agent, api_keys=list(api_keys))
         auth = f"{len(api_keys)} API key(s)" if api_keys else "open: no API key"
         out.print(

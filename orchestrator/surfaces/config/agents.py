@@ -3,7 +3,8 @@
 Agents may name sub-agents defined anywhere in the same file; ``Builder`` builds each once,
 depth first, and refuses a cycle with the chain that makes it. A ``tools:`` entry is a registered
 name, a ``package.module:attribute`` import path, or ``{tool: ..., timeout: ...}`` to set a
-single ``@tool``'s policies for this config. ``handlers:`` maps app event types to the
+single ``@tool``'s policies for this config, or ``{mcp: {...}}``, an MCP server's tools
+(``orchestrator.surfaces.config.mcp``). ``handlers:`` maps app event types to the
 ``package.module:function`` of an async handler (``Agent.handlers``).
 """
 
@@ -20,6 +21,7 @@ from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import DELEGATE_PREFIX, Agent, Compaction, ToolRef
 from orchestrator.run.toolport import ToolLike, ToolSourceLike
 from orchestrator.surfaces.config.document import Document, did_you_mean, import_attribute, key_path, kind_of
+from orchestrator.surfaces.config.mcp import build_mcp
 from orchestrator.surfaces.config.models import MODEL_EXAMPLE, build_model
 from orchestrator.surfaces.config.registry import find_tool, registered_tools
 from tools.tool import Tool
@@ -230,6 +232,11 @@ class Builder:
 
 
 def _tool(doc: Document, item: Any, at: str) -> ToolRef:
+    if isinstance(item, dict) and "mcp" in item:
+        if len(item) > 1:
+            others = ", ".join(str(k) for k in item if k != "mcp")
+            doc.fail(at, f"an mcp: entry takes its settings inside mcp:, not beside it ({others})")
+        return build_mcp(doc, item["mcp"], key_path(at, "mcp"))
     if isinstance(item, dict):
         body = doc.mapping(item, at, _TOOL_KEYS, "a tool entry")
         if "tool" not in body:

@@ -269,6 +269,8 @@ class Document:
                 )
             case "depth":
                 self.fail(at, "the value nests too deeply (a recursive YAML alias?)", "remove the self-reference")
+            case "string":
+                self.fail(at, f"the text {culprit!r} holds a lone surrogate (not valid Unicode)", "fix the text")
             case _:
                 assert_never(problem.fault)
 

@@ -48,7 +48,7 @@ from orchestrator.surfaces.http.models import (
     StopRequest,
     StopResult,
 )
-from orchestrator.surfaces.http.sse import EventStream, session_events
+from orchestrator.surfaces.http.sse import EventStream, session_events, sse_event_schema
 from orchestrator.surfaces.http.state import state_json
 
 if TYPE_CHECKING:
@@ -65,6 +65,16 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "The body is too large."},
     422: {"model": ErrorBody, "description": "The body does not validate; `field` names the problem."},
 }
+
+_COMMAND: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorBody, "description": "The contract's `authorize` hook refused the command."},
+    409: {
+        "model": ErrorBody,
+        "description": "The id is already used (in another session, or here with other content); "
+        "`receipt` is the rejection.",
+    },
+}
+"""What every command may answer besides the router's errors."""
 
 SSE_EXAMPLE = (
     'event: snapshot\nid: 3\ndata: {"index":3,"state":{"messages":[],"status":"idle"}}\n\n'
@@ -83,11 +93,18 @@ def receipt_body(receipt: Receipt | None) -> ReceiptBody | None:
 
 def _receipt(receipt: Receipt | None) -> ReceiptBody:
     if receipt is not None and receipt.reason == "PARTIAL_DUPLICATE_BATCH":
-        raise ApiError(409, duplicate_message(receipt.command_id), "id")
+        raise _reused(receipt)
     body = receipt_body(receipt)
     if body is None:  # every command but stop writes one
         raise ApiError(500, "the command produced no receipt")
     return body
+
+
+def _reused(receipt: Receipt) -> ApiError:
+    """The 409 for an id used before (in another session, or here with other content), with the receipt."""
+    body = receipt_body(receipt)
+    assert body is not None
+    return ApiError(409, duplicate_message(receipt.command_id), "id", body.model_dump(mode="json", by_alias=True))
 
 
 def session_router(ctx: Context) -> APIRouter:
@@ -136,7 +153,7 @@ def session_router(ctx: Context) -> APIRouter:
 
     # -- commands -----------------------------------------------------------------------------------
 
-    @router.post("/{session_id}/messages", response_model=ReceiptBody, summary="Send an input")
+    @router.post("/{session_id}/messages", response_model=ReceiptBody, summary="Send an input", responses=_COMMAND)
     async def send(session: Owned, body: SendRequest) -> ReceiptBody:
         """Put an input in the durable inbox; it is admitted one at a time (idempotent by ``id``)."""
         ctx.authorize(session.id, "send")
@@ -146,7 +163,13 @@ def session_router(ctx: Context) -> APIRouter:
         "/{session_id}/prompt",
         response_model=PromptResult,
         summary="Send a user message (and wait for its turn)",
-        responses={202: {"model": PromptResult, "description": "`wait` timed out: the turn is still running."}},
+        responses={
+            **_COMMAND,
+            202: {
+                "model": PromptResult,
+                "description": "`wait` timed out (or the server is stopping): the turn is still running.",
+            },
+        },
     )
     async def prompt(session: Owned, body: PromptRequest, response: Response) -> PromptResult:
         """Send a user message; with ``wait``, respond once its turn has ended."""
@@ -154,14 +177,22 @@ def session_router(ctx: Context) -> APIRouter:
         input_id = body.id or f"msg-{uuid.uuid4().hex}"
         if not body.wait:
             receipt = await session.send(body.text, id=input_id)
-            return PromptResult(input_id=input_id, receipt=receipt_body(receipt))
+            return PromptResult(input_id=input_id, receipt=_receipt(receipt))
         turn = await session.prompt(body.text, id=input_id)
+        if turn.receipt is not None and turn.receipt.outcome == "rejected":
+            # Only a reused id rejects an input (in another session, or here with other text):
+            # its turn is not this request's to wait for or to report.
+            raise _reused(turn.receipt)
+        closing = asyncio.ensure_future(ctx.closing.wait())  # the server stops: answer now
         try:
-            result = await asyncio.wait_for(asyncio.shield(turn.finished), body.timeout)
-        except TimeoutError:
+            await asyncio.wait({turn.finished, closing}, timeout=body.timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+        if not turn.finished.done():
             turn.finished.cancel()
             response.status_code = 202
             return PromptResult(input_id=input_id, receipt=receipt_body(turn.receipt))
+        result = turn.finished.result()
         return PromptResult(
             input_id=input_id,
             receipt=receipt_body(turn.receipt),
@@ -172,7 +203,7 @@ def session_router(ctx: Context) -> APIRouter:
             turn_id=result.turn_id or None,
         )
 
-    @router.post("/{session_id}/stop", response_model=StopResult, summary="Stop the active turn")
+    @router.post("/{session_id}/stop", response_model=StopResult, summary="Stop the active turn", responses=_COMMAND)
     async def stop(session: Owned, body: Annotated[StopRequest | None, Body()] = None) -> StopResult:
         """End the turn ``turnId`` (default: the active one) now (``receipt`` is null when none was active)."""
         ctx.authorize(session.id, "stop")
@@ -182,14 +213,16 @@ def session_router(ctx: Context) -> APIRouter:
             receipt=receipt_body(result.receipt), cancelled_queued_prompts=result.cancelled_queued_prompts
         )
 
-    @router.post("/{session_id}/retry", response_model=ReceiptBody, summary="Retry")
+    @router.post("/{session_id}/retry", response_model=ReceiptBody, summary="Retry", responses=_COMMAND)
     async def retry(session: Owned, body: Annotated[RetryRequest | None, Body()] = None) -> ReceiptBody:
         """Resume from the last finished tool call (``nothing-to-retry`` when there is no user input)."""
         ctx.authorize(session.id, "retry")
         request = body or RetryRequest()
         return _receipt(await session.retry(turn_id=request.turn_id, id=request.command_id))
 
-    @router.post("/{session_id}/reset", response_model=ReceiptBody, summary="Start a new conversation")
+    @router.post(
+        "/{session_id}/reset", response_model=ReceiptBody, summary="Start a new conversation", responses=_COMMAND
+    )
     async def reset(session: Owned, body: Annotated[ResetRequest | None, Body()] = None) -> ReceiptBody:
         """Stop the active turn, then start a new conversation.
 
@@ -204,7 +237,7 @@ def session_router(ctx: Context) -> APIRouter:
         status_code=201,
         response_model=SessionForked,
         summary="Fork the session at a log index",
-        responses={409: {"model": ErrorBody, "description": "The new id is taken."}},
+        responses={**_COMMAND, 409: {"model": ErrorBody, "description": "The new id is taken."}},
     )
     async def fork(session: Owned, owner: Caller, body: ForkRequest) -> SessionForked:
         """A new session, owned by the caller, whose log is this one's events ``1..at``.
@@ -228,49 +261,60 @@ def session_router(ctx: Context) -> APIRouter:
             raise ApiError(400, error.message, "at") from error
         return SessionForked(id=new_id, source=session.id, at=body.at)
 
-    @router.post("/{session_id}/steer", response_model=ReceiptBody, summary="Steer the active turn")
+    @router.post("/{session_id}/steer", response_model=ReceiptBody, summary="Steer the active turn", responses=_COMMAND)
     async def steer(session: Owned, body: SteerRequest) -> ReceiptBody:
         """Redirect the turn the client saw after its current response and tools (sends when none is active)."""
         ctx.authorize(session.id, "steer")
         return _receipt(await session.steer(body.text, id=body.id, turn_id=body.turn_id))
 
-    @router.post("/{session_id}/queue/edit", response_model=ReceiptBody, summary="Edit a queued input")
+    @router.post(
+        "/{session_id}/queue/edit", response_model=ReceiptBody, summary="Edit a queued input", responses=_COMMAND
+    )
     async def queue_edit(session: Owned, body: EditRequest) -> ReceiptBody:
         """Replace a pending input's text (``not-pending`` / ``role-mismatch`` otherwise)."""
         ctx.authorize(session.id, "queue.edit")
         return _receipt(await session.queue.edit(body.input_id, body.text, role=body.role, id=body.command_id))
 
-    @router.post("/{session_id}/queue/move", response_model=ReceiptBody, summary="Move a queued input")
+    @router.post(
+        "/{session_id}/queue/move", response_model=ReceiptBody, summary="Move a queued input", responses=_COMMAND
+    )
     async def queue_move(session: Owned, body: MoveRequest) -> ReceiptBody:
         """Move a pending input before ``beforeId`` (null: to the end)."""
         ctx.authorize(session.id, "queue.move")
         return _receipt(await session.queue.move(body.input_id, body.before_id, id=body.command_id))
 
-    @router.post("/{session_id}/queue/remove", response_model=ReceiptBody, summary="Remove a queued input")
+    @router.post(
+        "/{session_id}/queue/remove", response_model=ReceiptBody, summary="Remove a queued input", responses=_COMMAND
+    )
     async def queue_remove(session: Owned, body: QueueRequest) -> ReceiptBody:
         """Remove a pending input."""
         ctx.authorize(session.id, "queue.remove")
         return _receipt(await session.queue.remove(body.input_id, id=body.command_id))
 
-    @router.post("/{session_id}/queue/send-now", response_model=ReceiptBody, summary="Send a queued input now")
+    @router.post(
+        "/{session_id}/queue/send-now",
+        response_model=ReceiptBody,
+        summary="Send a queued input now",
+        responses=_COMMAND,
+    )
     async def queue_send_now(session: Owned, body: SendNowRequest) -> ReceiptBody:
         """Hand a queued user input off to the active (or the observed) turn."""
         ctx.authorize(session.id, "queue.send-now")
         return _receipt(await session.queue.send_now(body.input_id, body.turn_id, id=body.command_id))
 
-    @router.post("/{session_id}/pause", response_model=ReceiptBody, summary="Pause")
+    @router.post("/{session_id}/pause", response_model=ReceiptBody, summary="Pause", responses=_COMMAND)
     async def pause(session: Owned, body: Annotated[PauseRequest | None, Body()] = None) -> ReceiptBody:
         """Close admission after the turn (``after-turn``) or now (``now`` also cancels current work)."""
         ctx.authorize(session.id, "pause")
         return _receipt(await session.pause((body or PauseRequest()).when))
 
-    @router.post("/{session_id}/resume", response_model=ReceiptBody, summary="Resume")
+    @router.post("/{session_id}/resume", response_model=ReceiptBody, summary="Resume", responses=_COMMAND)
     async def resume(session: Owned) -> ReceiptBody:
         """Reopen admission and resume retained work."""
         ctx.authorize(session.id, "resume")
         return _receipt(await session.resume())
 
-    @router.post("/{session_id}/respond", response_model=ReceiptBody, summary="Answer an approval")
+    @router.post("/{session_id}/respond", response_model=ReceiptBody, summary="Answer an approval", responses=_COMMAND)
     async def respond(session: Owned, body: RespondRequest) -> ReceiptBody:
         """Approve or deny a pending interaction (``not-pending`` when it is not waiting)."""
         ctx.authorize(session.id, "respond")
@@ -280,7 +324,7 @@ def session_router(ctx: Context) -> APIRouter:
         "/{session_id}/events",
         response_model=EventsPushed,
         summary="Push app events",
-        responses={403: {"model": ErrorBody, "description": "The contract's `authorize` hook refused."}},
+        responses=_COMMAND,
     )
     async def push(session: Owned, body: PushRequest) -> EventsPushed:
         """Append app events of the agent's contract (validated; the ``authorize`` hook decides)."""
@@ -360,7 +404,14 @@ def session_router(ctx: Context) -> APIRouter:
                 "then `mutations` (`{index, mutations}`), one per log index; the SSE `id` is the index. "
                 "Reconnect with `Last-Event-ID` (or `?after=`) to miss nothing and see nothing twice. "
                 "`: ping` comments every 15 s.",
-                "content": {"text/event-stream": {"schema": {"type": "string"}, "example": SSE_EXAMPLE}},
+                "content": {
+                    "text/event-stream": {
+                        "schema": sse_event_schema(
+                            ["snapshot", "mutations"], "JSON: `{index, state}` (snapshot) or `{index, mutations}`."
+                        ),
+                        "example": SSE_EXAMPLE,
+                    }
+                },
             }
         },
     )
@@ -378,6 +429,7 @@ def session_router(ctx: Context) -> APIRouter:
                 raise ApiError(422, "Last-Event-ID must be a log index (an integer)", "Last-Event-ID") from None
             if last < 0:
                 raise ApiError(422, "Last-Event-ID must be 0 or more", "Last-Event-ID")
-        return EventStream(session_events(session, ctx.agent.contract, last, heartbeat=ctx.heartbeat))
+        stream = session_events(session, ctx.agent.contract, last, heartbeat=ctx.heartbeat)
+        return EventStream(stream, closing=ctx.closing)
 
     return router

@@ -18,6 +18,7 @@ stream), ``chat`` and ``aisdk`` (turn -> UI message chunks), ``models`` (bodies)
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,10 @@ from orchestrator.surfaces.http.owners import Keys, Owners
 if TYPE_CHECKING:
     from actors.base import BaseRuntime
 
-__all__ = ["create_app", "serve"]
+__all__ = ["SHUTDOWN_GRACE", "create_app", "serve"]
+
+SHUTDOWN_GRACE = 3.0
+"""Seconds ``serve`` lets requests finish after a stop signal before it cancels them."""
 
 DESCRIPTION = """\
 Durable agent sessions over HTTP.
@@ -92,16 +96,57 @@ def create_app(
     app.include_router(session_router(ctx))
     app.include_router(chat_router(ctx))
     app.state.troupe = ctx
+    document = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = _streams_and_errors_typed(document())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _streams_and_errors_typed(doc: dict[str, Any]) -> dict[str, Any]:
+    """Say what a streaming route's responses really are.
+
+    FastAPI files every response of a route under the route's media type, so a streaming
+    route's JSON errors were documented as ``text/event-stream``: they are ``application/json``
+    (``ErrorBody``). The stream's own schema (one event, as OpenAPI 3.1 reads ``schema`` under
+    ``text/event-stream``) is the route's (``sse.sse_event_schema``).
+    """
+    for operations in doc.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                stream = content.get("text/event-stream")
+                if stream is None:
+                    continue
+                if not status.startswith("2"):
+                    content["application/json"] = content.pop("text/event-stream")
+    return doc
 
 
 async def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, **options: Any) -> None:
     """Serve ``app`` with uvicorn in the running event loop (the one the runtime was started in).
+
+    The first SIGINT or SIGTERM stops it: open event streams end and waiting ``/prompt`` calls
+    answer at once, and whatever still runs after ``SHUTDOWN_GRACE`` seconds is cancelled.
 
     ``options`` go to ``uvicorn.Config`` (e.g. ``log_level="info"``). Bind a public address only
     with ``api_keys`` set: without keys anyone who can reach the port can use every session.
     """
     import uvicorn
 
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # Live streams and waiting requests answer now: uvicorn waits for every open
+            # response to finish before it exits, and an SSE stream never would.
+            ctx = getattr(app.state, "troupe", None)
+            if isinstance(ctx, Context):
+                ctx.closing.set()
+            await super().shutdown(sockets)
+
+    options.setdefault("timeout_graceful_shutdown", SHUTDOWN_GRACE)
     config = uvicorn.Config(app, host=host, port=port, lifespan="off", **options)
-    await uvicorn.Server(config).serve()
+    await Server(config).serve()

@@ -34,7 +34,7 @@ from orchestrator.surfaces.http.chat import UI_MESSAGE_STREAM_HEADERS, ChatTurn,
 from orchestrator.surfaces.http.deps import Context, check_session_id
 from orchestrator.surfaces.http.errors import ApiError, ErrorBody, duplicate_message
 from orchestrator.surfaces.http.models import ChatRequest
-from orchestrator.surfaces.http.sse import EventStream
+from orchestrator.surfaces.http.sse import EventStream, sse_event_schema
 
 if TYPE_CHECKING:
     from actors.client import Session
@@ -58,7 +58,12 @@ _STREAM_DOC: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The AI SDK UI message stream (ai 6.x; header `x-vercel-ai-ui-message-stream: v1`): "
         "`data: <UIMessageChunk JSON>` events, then `data: [DONE]`.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}, "example": CHAT_EXAMPLE}},
+        "content": {
+            "text/event-stream": {
+                "schema": sse_event_schema(None, "A UIMessageChunk as JSON, or `[DONE]` last."),
+                "example": CHAT_EXAMPLE,
+            }
+        },
     },
     400: {"model": ErrorBody, "description": "A reserved id."},
     401: {"model": ErrorBody, "description": "No API key, or a wrong one."},
@@ -196,7 +201,7 @@ def chat_router(ctx: Context) -> APIRouter:
             subscription.close()
             raise
         stream = stream_turn(follower, subscription, session, first, heartbeat=ctx.heartbeat)
-        return EventStream(stream, headers=headers, on_close=subscription.close)
+        return EventStream(stream, headers=headers, on_close=subscription.close, closing=ctx.closing)
 
     @router.get(
         "/{session_id}/stream",
@@ -221,7 +226,7 @@ def chat_router(ctx: Context) -> APIRouter:
             subscription.close()
             raise
         stream = stream_turn(follower, subscription, session, first, heartbeat=ctx.heartbeat)
-        return EventStream(stream, headers=headers, on_close=subscription.close)
+        return EventStream(stream, headers=headers, on_close=subscription.close, closing=ctx.closing)
 
     @router.get("/{session_id}/messages", summary="The conversation as AI SDK UIMessages")
     async def ui_messages(session: Owned) -> list[dict[str, Any]]:

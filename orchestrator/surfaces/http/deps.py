@@ -2,8 +2,9 @@
 
 # No ``from __future__ import annotations``: FastAPI reads the dependencies' signatures at runtime.
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Path
@@ -13,6 +14,7 @@ from orchestrator.core.contract import Operation
 from orchestrator.core.events import RESERVED_ID_PREFIX
 from orchestrator.run.agent import Agent
 from orchestrator.surfaces.http.errors import ApiError
+from orchestrator.surfaces.http.models import SESSION_ID_SCHEMA
 from orchestrator.surfaces.http.owners import Keys, Owners
 
 if TYPE_CHECKING:
@@ -64,6 +66,8 @@ class Context:
     """Seconds between SSE keep-alive comments."""
     throttle: float
     """Least seconds between two preliminary outputs of a delegate call on the chat stream."""
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set when the server starts to stop (``serve``): open streams end and long waits answer now."""
 
     def session(self, session_id: str) -> Session:
         """A handle on ``session_id``."""
@@ -99,7 +103,7 @@ class Context:
         caller = self.caller()
 
         async def owned(
-            session_id: Annotated[str, Path(description="The session id.")],
+            session_id: Annotated[str, Path(description="The session id.", json_schema_extra=SESSION_ID_SCHEMA)],
             owner: Annotated[bytes, Depends(caller)],
         ) -> Session:
             check_session_id(session_id)

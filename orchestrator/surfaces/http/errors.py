@@ -14,7 +14,7 @@ field is at fault) and ``message`` says what is wrong and how to fix it. Bad inp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,12 +24,24 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from orchestrator.core._json import MAX_JSON_DEPTH
 from orchestrator.core.errors import ParseError, PartialDuplicateBatch, UsageError
 
-__all__ = ["RESERVED", "ApiError", "BodyLimit", "ErrorBody", "ErrorDetail", "error_response", "install_handlers"]
+__all__ = [
+    "NOT_STORABLE",
+    "RESERVED",
+    "ApiError",
+    "BodyLimit",
+    "ErrorBody",
+    "ErrorDetail",
+    "error_response",
+    "install_handlers",
+]
 
 RESERVED = "reserved"
 """The pydantic error type of a reserved name (such errors are a 400, not a 422)."""
+NOT_STORABLE = "not_storable"
+"""The pydantic error type of a value the log cannot hold; its context names the field (``events[0].payload.n``)."""
 
 
 class ErrorDetail(BaseModel):
@@ -50,21 +62,38 @@ class ErrorBody(BaseModel):
     )
 
     error: ErrorDetail
+    receipt: dict[str, Any] | None = Field(
+        default=None,
+        description="Only on a 409 for a reused input or command id: the command's receipt "
+        '(`{commandId, outcome: "rejected", reason}`); absent otherwise.',
+    )
 
 
 class ApiError(Exception):
-    """An error response: ``status``, ``message`` and the offending ``field``."""
+    """An error response: ``status``, ``message``, the offending ``field`` and, for a refused command, its receipt."""
 
-    def __init__(self, status: int, message: str, field: str | None = None) -> None:
-        super().__init__(status, message, field)
+    def __init__(
+        self, status: int, message: str, field: str | None = None, receipt: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(status, message, field, receipt)
         self.status = status
         self.message = message
         self.field = field
+        self.receipt = receipt
 
 
-def error_response(status: int, message: str, field: str | None = None, **headers: str) -> JSONResponse:
-    """The JSON error response."""
-    return JSONResponse({"error": {"message": message, "field": field}}, status_code=status, headers=headers or None)
+def error_response(
+    status: int,
+    message: str,
+    field: str | None = None,
+    receipt: dict[str, Any] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """The JSON error response (``receipt`` only when a command was refused: a 409)."""
+    body: dict[str, Any] = {"error": {"message": message, "field": field}}
+    if receipt is not None:
+        body["receipt"] = receipt
+    return JSONResponse(body, status_code=status, headers=headers or None)
 
 
 def duplicate_message(event_id: str) -> str:
@@ -99,11 +128,26 @@ def _validation_response(error: RequestValidationError) -> JSONResponse:
         field = "body"
     elif kind == "missing":
         message = f"{field} is required"
+    elif kind == NOT_STORABLE:
+        field = str(first.get("ctx", {}).get("field", field))
+        message = str(first.get("msg", field))
     elif kind == "extra_forbidden":
         message = f"{field} is not a field of this request; remove it or fix its spelling"
     else:
         message = f"{field}: {first.get('msg', 'invalid')}"
     return error_response(400 if reserved else 422, message, field)
+
+
+def _unreadable_body(cause: BaseException | None) -> str | None:
+    """What made a JSON body unreadable, when ``json.loads`` failed on something other than syntax."""
+    if isinstance(cause, UnicodeDecodeError):
+        return (
+            f"the body is not valid UTF-8 (byte 0x{cause.object[cause.start]:02x} at offset {cause.start}); "
+            "send JSON encoded as UTF-8"
+        )
+    if isinstance(cause, RecursionError):
+        return f"the body is nested too deeply to parse; JSON values may nest at most {MAX_JSON_DEPTH} levels"
+    return None
 
 
 def install_handlers(app: FastAPI) -> None:
@@ -112,7 +156,7 @@ def install_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, ApiError)
         headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else {}
-        return error_response(error.status, error.message, error.field, **headers)
+        return error_response(error.status, error.message, error.field, error.receipt, headers)
 
     async def on_validation(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
@@ -133,8 +177,12 @@ def install_handlers(app: FastAPI) -> None:
 
     async def on_http(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
+        unreadable = _unreadable_body(error.__cause__)
+        if unreadable is not None:  # FastAPI's "There was an error parsing the body", said exactly
+            return error_response(422, unreadable, "body")
         field = "body" if error.status_code == 413 else None
-        return error_response(error.status_code, str(error.detail), field)
+        # Keep the exception's headers: a 405 says which methods the path allows (``Allow``).
+        return error_response(error.status_code, str(error.detail), field, headers=error.headers)
 
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(PartialDuplicateBatch, on_duplicate)

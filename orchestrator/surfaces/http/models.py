@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from orchestrator.core._json import json_problem
 from orchestrator.core.events import BUILTIN_PREFIX, RESERVED_ID_PREFIX
-from orchestrator.surfaces.http.errors import RESERVED
+from orchestrator.surfaces.http.errors import NOT_STORABLE, RESERVED
 
 __all__ = [
+    "SESSION_ID_PATTERN",
+    "SESSION_ID_SCHEMA",
     "ChatRequest",
     "CreateSession",
     "EditRequest",
@@ -46,9 +49,15 @@ __all__ = [
 ]
 
 MAX_TEXT = 1_000_000
+SESSION_ID_PATTERN = "^[A-Za-z0-9._:@-]{1,128}$"
+"""The session ids a client may choose, as the OpenAPI document says it (``troupe:...`` ones are a 400)."""
+SESSION_ID_SCHEMA: dict[str, Any] = {"pattern": SESSION_ID_PATTERN, "minLength": 1, "maxLength": 128}
+"""A session id's JSON schema (path parameters and body fields; ``deps.check_session_id`` checks it)."""
 
 
 def _not_reserved(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("contains a NUL character (U+0000), which no id may hold; remove it")
     if value.startswith(RESERVED_ID_PREFIX):
         raise PydanticCustomError(
             RESERVED,
@@ -62,6 +71,8 @@ def _not_reserved(value: str) -> str:
 def _not_blank(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be empty or only whitespace; send some text")
+    if "\x00" in value:
+        raise ValueError("contains a NUL character (U+0000), which is never text; remove it")
     return value
 
 
@@ -82,8 +93,27 @@ Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT), AfterValidator(_
 Role = Literal["user", "assistant", "system"]
 
 
+def _storable(data: Any) -> Any:
+    """Refuse a body holding what the log cannot (``2**64``, a lone surrogate, deep nesting), naming where.
+
+    ``json.loads`` accepts those, and pydantic's ``JsonValue`` and ``Any`` fields pass them on, so
+    the one JSON-value check (``json_problem``) runs over the whole body first: anything it would
+    refuse at the store is a 422 before a command is decided.
+    """
+    problem = json_problem(data, "")
+    if problem is None:
+        return data
+    field = problem.path.removeprefix(".") or "body"
+    raise PydanticCustomError(NOT_STORABLE, "{field} {what}", {"field": field, "what": problem.what})
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_body(cls, data: Any) -> Any:
+        return _storable(data)
 
 
 class _Out(BaseModel):
@@ -98,7 +128,9 @@ class CreateSession(_Body):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"id": "s-1"}, {}]})
 
-    id: str | None = Field(default=None, description="The session id (default: a fresh one).")
+    id: str | None = Field(
+        default=None, description="The session id (default: a fresh one).", json_schema_extra=SESSION_ID_SCHEMA
+    )
 
 
 class SessionCreated(_Out):
@@ -255,7 +287,9 @@ class ForkRequest(_Body):
     model_config = ConfigDict(json_schema_extra={"examples": [{"at": 12, "id": "s-2"}, {"at": 0}]})
 
     at: int = Field(ge=0, description="The log index to fork at (0 .. the session's last index).")
-    id: str | None = Field(default=None, description="The new session's id (default: a fresh one).")
+    id: str | None = Field(
+        default=None, description="The new session's id (default: a fresh one).", json_schema_extra=SESSION_ID_SCHEMA
+    )
 
 
 class SessionForked(_Out):
@@ -422,7 +456,12 @@ class ChatRequest(BaseModel):
         },
     )
 
-    id: str = Field(min_length=1, max_length=128)
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_body(cls, data: Any) -> Any:
+        return _storable(data)
+
+    id: str = Field(min_length=1, max_length=128, json_schema_extra={"pattern": SESSION_ID_PATTERN})
     messages: list[UIMessageBody] = Field(default_factory=list)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     message_id: str | None = Field(default=None, alias="messageId", title="Message id")

@@ -17,12 +17,14 @@ so the two states share structure and the diff is as small as the change.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.responses import StreamingResponse
-from starlette.types import Send
+from starlette.types import Message, Send
 
 from orchestrator.core.contract import Contract
 from orchestrator.core.fold import fold_events
@@ -33,9 +35,32 @@ from orchestrator.surfaces.http.state import state_json
 if TYPE_CHECKING:
     from actors.client import Mutation, Session
 
-__all__ = ["EventStream", "session_events", "sse_event"]
+__all__ = ["EventStream", "session_events", "sse_event", "sse_event_schema"]
 
 PING: bytes = b": ping\n\n"
+
+
+def sse_event_schema(events: list[str] | None, data: str) -> dict[str, Any]:
+    """The JSON schema of one server-sent event, for the OpenAPI document.
+
+    Under ``text/event-stream`` OpenAPI 3.1 reads ``schema`` as one event: ``event`` (its name;
+    ``message`` when the server sends none), ``data`` (text: here JSON), ``id`` and ``retry``.
+    Comments (``: ping``) are not events.
+
+    Args:
+        events: the event names the stream sends (``None``: unnamed, so ``message``).
+        data: what ``data`` holds.
+    """
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "event": {"type": "string", "enum": events or ["message"]},
+            "data": {"type": "string", "description": data},
+            "id": {"type": "string", "description": "The log index the event brings the client to."},
+            "retry": {"type": "integer"},
+        },
+    }
 
 
 class EventStream(StreamingResponse):
@@ -54,17 +79,26 @@ class EventStream(StreamingResponse):
         *,
         headers: Mapping[str, str] | None = None,
         on_close: Callable[[], None] | None = None,
+        closing: asyncio.Event | None = None,
     ) -> None:
-        """Stream ``content``; ``on_close`` runs once the stream ends, however it ends."""
+        """Stream ``content``; ``on_close`` runs once the stream ends, however it ends.
+
+        ``closing`` (the server's: set when it starts to stop) ends the stream early, cleanly:
+        a live stream never ends by itself, and a server waiting for it would not stop.
+        """
         merged = {"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})}
         super().__init__(content, status_code, headers=merged, media_type=self.media_type)
         self._content = content
         self._on_close = on_close
+        self._closing = closing
 
     async def stream_response(self, send: Send) -> None:
-        """Send the stream, then close the generator and release what it held."""
+        """Send the stream (until the server closes), then close the generator and release what it held."""
         try:
-            await super().stream_response(send)
+            if self._closing is None:
+                await super().stream_response(send)
+            else:
+                await self._until_closing(send, self._closing)
         finally:
             try:
                 aclose = getattr(self._content, "aclose", None)
@@ -73,6 +107,28 @@ class EventStream(StreamingResponse):
             finally:
                 if self._on_close is not None:
                     self._on_close()
+
+    async def _until_closing(self, send: Send, closing: asyncio.Event) -> None:
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            await send(message)
+            started = True
+
+        streaming = asyncio.ensure_future(super().stream_response(watched))
+        closed = asyncio.ensure_future(closing.wait())
+        try:
+            await asyncio.wait({streaming, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closed.cancel()
+            if not streaming.done():
+                streaming.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await streaming
+                if started:  # end the body: the client sees the stream finish, and may reconnect
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+        streaming.result()
 
 
 def sse_event(data: Any, *, event: str | None = None, id: int | None = None) -> bytes:

@@ -1,0 +1,22 @@
+"""``troupe bench chaos``, small: sessions under SIGKILLed hosts and a killed supervisor keep every promise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.bench.chaos import bench_chaos, format_chaos
+
+
+@pytest.mark.slow
+async def test_sessions_survive_killed_hosts_and_supervisor_with_no_lost_input_or_repeated_report(
+    tmp_path: Path,
+) -> None:
+    figures = await bench_chaos(
+        sessions=12, turns=3, faults=3, concurrency=12, hosts=2, limit=240, workdir=str(tmp_path)
+    )
+    report = format_chaos(figures)
+    assert figures.host_kills == 2 and figures.supervisor_kills == 1, report
+    assert figures.ok, report
+    assert figures.finished == 12 and figures.report_calls == 36, report

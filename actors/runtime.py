@@ -28,7 +28,15 @@ import structlog
 from actors.base import BaseRuntime
 from actors.client import Session
 from actors.host import HostOptions, SessionHost
-from actors.options import DEFAULT_NAMESPACE, SUPERVISOR_NAME, head_node, host_actor, host_name, supervisor_actor
+from actors.options import (
+    DEFAULT_NAMESPACE,
+    SUPERVISOR_NAME,
+    head_node,
+    host_actor,
+    host_name,
+    own_ray_options,
+    supervisor_actor,
+)
 from actors.ray_cluster import RAY_PICKLE, RayCluster
 from actors.ray_transport import RayTransport
 from actors.registry import agent_blob
@@ -56,6 +64,14 @@ def _absolute_store(url: str) -> str:
             "use store='sqlite:///troupe.db' (the default) or a PostgreSQL URL"
         )
     return url
+
+
+def _session_name() -> str | None:
+    """This Ray's session name (``session_<date>_<pid>``): every process of that Ray has it in its command line."""
+    try:
+        return str(ray.get_runtime_context().get_session_name())
+    except Exception:  # not a driver, or another Ray version: only a log field is lost
+        return None
 
 
 class Runtime(BaseRuntime):
@@ -128,9 +144,11 @@ class Runtime(BaseRuntime):
     async def start(self) -> None:
         """Start or join Ray, then create (or find) the hosts and the supervisor."""
         if not ray.is_initialized():
-            options = {"include_dashboard": False, "log_to_driver": False, **self.ray_options}
+            options = own_ray_options(self.address, self.ray_options)
             ray.init(address=self.address, namespace=self.namespace, **options)
             self._started_ray = True
+            # Where to find (and, after a killed driver, clean up) this Ray's processes: README.
+            log.info("ray_started", session=_session_name())
         detached = self.address is not None
         nodes = [n for n in _nodes() if n.get("Alive")]
         per_node = self.hosts_per_node or max(2, int(min(n["Resources"].get("CPU", 1) for n in nodes)))

@@ -278,9 +278,16 @@ class Runtime(BaseRuntime):
             stopping = [asyncio.ensure_future(h.shutdown.remote()) for h in hosts]
             if stopping:
                 await asyncio.wait(stopping, timeout=30)
-            for handle in [*hosts, self.supervisor]:
+            for handle in hosts:
                 with contextlib.suppress(Exception):
                     ray.kill(handle, no_restart=True)
+            # The supervisor goes last, once the hosts are gone: a report a host sent just before
+            # it stopped would otherwise be retried against a dead supervisor, and Ray prints that
+            # retry on the user's terminal. A dead host's calls die with it.
+            if hosts:
+                await asyncio.wait([asyncio.ensure_future(_gone(h)) for h in hosts], timeout=10)
+            with contextlib.suppress(Exception):
+                ray.kill(self.supervisor, no_restart=True)
         self._created.clear()
         self._held.clear()
         await self.store.close()
@@ -340,6 +347,14 @@ def shared_file_warning(store_url: str, nodes: int) -> str | None:
             "give every node one PostgreSQL store (store='postgresql://…', or TROUPE_STORE)"
         )
     return None
+
+
+async def _gone(handle: Any) -> None:
+    """Return once the killed actor ``handle`` answers no more (``ray.kill`` takes effect asynchronously)."""
+    with contextlib.suppress(Exception):  # a dead actor's call raises: that is the answer awaited
+        for _ in range(100):
+            await asyncio.wait_for(handle.ready.remote(), 5)
+            await asyncio.sleep(0.05)
 
 
 def _nodes() -> list[dict[str, Any]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from orchestrator.core import event_types as ai
@@ -94,12 +92,11 @@ async def test_a_fork_at_zero_writes_nothing(store: EventStore) -> None:
     assert await store.read("dst") == [] and await store.list_sessions(prefix="dst") == []
 
 
-async def test_forking_a_long_log_is_quick(store: EventStore) -> None:
-    """The measurement behind copying (``orchestrator.store._fork``): 10,000 events."""
+async def test_forking_a_long_log_copies_every_event(store: EventStore) -> None:
+    """10,000 events forked whole: every one copied, in order (how long it takes is a figure, not a test)."""
     for start in range(0, 10_000, 1_000):
         await store.append("long", [note(f"e{i}", i) for i in range(start, start + 1_000)])
-    began = time.perf_counter()
     await store.fork("long", "copy", 10_000)
-    elapsed = time.perf_counter() - began
     assert await store.last_index("copy") == 10_000
-    assert elapsed < 5.0, f"forking 10,000 events took {elapsed:.2f}s"
+    copied = await store.read("copy")
+    assert [e.payload for e in copied] == [e.payload for e in await store.read("long")]

@@ -17,7 +17,6 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from orchestrator.core.aistate import Receipt
 from orchestrator.core.errors import ParseError, UsageError
 from orchestrator.core.events import Event
-from orchestrator.core.mutations import info_of
 from orchestrator.core.wire import message_to_wire
 from orchestrator.surfaces.http.deps import Context, check_session_id
 from orchestrator.surfaces.http.errors import ApiError, ErrorBody, duplicate_message
@@ -49,8 +48,9 @@ from orchestrator.surfaces.http.models import (
     StopRequest,
     StopResult,
 )
-from orchestrator.surfaces.http.sse import EventStream, session_events, sse_event_schema
+from orchestrator.surfaces.http.sse import EventStream, sse_event_schema
 from orchestrator.surfaces.http.state import state_json
+from orchestrator.surfaces.http.views import session_events
 
 if TYPE_CHECKING:
     from actors.client import Session
@@ -365,13 +365,17 @@ def session_router(ctx: Context) -> APIRouter:
         if sub:
             state, index = await sub_state(ctx, session.id, sub, through)
             return StateBody(state=state, index=index)
-        snapshot = await session.state(through=through)
+        if through is not None:
+            snapshot = await session.state(through=through)
+        else:
+            snapshot = await ctx.views.read(session)
         return StateBody(state=state_json(snapshot.state), index=snapshot.index)
 
     @router.get("/{session_id}/messages", response_model=MessageList, summary="The conversation")
     async def get_messages(session: Owned) -> MessageList:
         """The conversation as wire messages."""
-        return MessageList(messages=[message_to_wire(m) for m in await session.messages()])
+        snapshot = await ctx.views.read(session)
+        return MessageList(messages=[message_to_wire(m) for m in snapshot.state.messages])
 
     @router.get(
         "/{session_id}/info",
@@ -396,8 +400,7 @@ def session_router(ctx: Context) -> APIRouter:
     )
     async def get_info(session: Owned) -> dict[str, Any]:
         """What drives a UI's controls: ``executing`` (the Stop button), ``queued``, ``turn``."""
-        snapshot = await session.state()
-        return {**info_of(snapshot.state), "index": snapshot.index}
+        return await ctx.views.info(session)
 
     @router.get(
         "/{session_id}/events",
@@ -434,7 +437,7 @@ def session_router(ctx: Context) -> APIRouter:
                 raise ApiError(422, "Last-Event-ID must be a log index (an integer)", "Last-Event-ID") from None
             if last < 0:
                 raise ApiError(422, "Last-Event-ID must be 0 or more", "Last-Event-ID")
-        stream = session_events(session, ctx.agent.contract, last, heartbeat=ctx.heartbeat)
+        stream = session_events(ctx.views, session, ctx.agent.contract, last, heartbeat=ctx.heartbeat)
         return EventStream(stream, closing=ctx.closing)
 
     return router

@@ -231,7 +231,7 @@ def chat_router(ctx: Context) -> APIRouter:
     @router.get("/{session_id}/messages", summary="The conversation as AI SDK UIMessages")
     async def ui_messages(session: Owned) -> list[dict[str, Any]]:
         """The conversation as UIMessages (``useChat({messages})`` after a reload)."""
-        snapshot = await session.state()
+        snapshot = await ctx.views.read(session)
         return to_ui_messages(snapshot.state)
 
     return router

@@ -50,7 +50,7 @@ from orchestrator.surfaces.http.models import (
 )
 from orchestrator.surfaces.http.sse import EventStream, sse_event_schema
 from orchestrator.surfaces.http.state import state_json
-from orchestrator.surfaces.http.views import session_events
+from orchestrator.surfaces.http.views import Followed, JsonBytes, json_bytes, session_events
 
 if TYPE_CHECKING:
     from actors.client import Session
@@ -106,6 +106,18 @@ def _reused(receipt: Receipt) -> ApiError:
     body = receipt_body(receipt)
     assert body is not None
     return ApiError(409, duplicate_message(receipt.command_id), "id", body.model_dump(mode="json", by_alias=True))
+
+
+def _state_body(followed: Followed) -> bytes:
+    return json_bytes({"state": state_json(followed.state), "index": followed.index})
+
+
+def _messages_body(followed: Followed) -> bytes:
+    return json_bytes({"messages": [message_to_wire(m) for m in followed.state.messages]})
+
+
+def _info_body(followed: Followed) -> bytes:
+    return json_bytes(followed.info())
 
 
 def session_router(ctx: Context) -> APIRouter:
@@ -360,25 +372,26 @@ def session_router(ctx: Context) -> APIRouter:
         session: Owned,
         through: Annotated[int | None, Query(ge=0, description="Fold the log only through this index.")] = None,
         sub: SubPath = None,
-    ) -> StateBody:
+    ) -> StateBody | Response:
         """The state and the log index it reflects (``through``: as it was at that index; ``sub``: a sub-agent's)."""
         if sub:
             state, index = await sub_state(ctx, session.id, sub, through)
             return StateBody(state=state, index=index)
-        if through is not None:
-            snapshot = await session.state(through=through)
-        else:
-            snapshot = await ctx.views.read(session)
+        if through is None and (followed := await ctx.views.current(session)) is not None:
+            return JsonBytes(followed.body("state", _state_body))
+        snapshot = await session.state(through=through)
         return StateBody(state=state_json(snapshot.state), index=snapshot.index)
 
     @router.get("/{session_id}/messages", response_model=MessageList, summary="The conversation")
-    async def get_messages(session: Owned) -> MessageList:
+    async def get_messages(session: Owned) -> MessageList | Response:
         """The conversation as wire messages."""
-        snapshot = await ctx.views.read(session)
-        return MessageList(messages=[message_to_wire(m) for m in snapshot.state.messages])
+        if (followed := await ctx.views.current(session)) is not None:
+            return JsonBytes(followed.body("messages", _messages_body))
+        return MessageList(messages=[message_to_wire(m) for m in (await session.state()).state.messages])
 
     @router.get(
         "/{session_id}/info",
+        response_model=dict[str, Any],
         summary="Executing, paused, queued inputs, the active turn",
         responses={
             200: {
@@ -398,9 +411,11 @@ def session_router(ctx: Context) -> APIRouter:
             }
         },
     )
-    async def get_info(session: Owned) -> dict[str, Any]:
+    async def get_info(session: Owned) -> dict[str, Any] | Response:
         """What drives a UI's controls: ``executing`` (the Stop button), ``queued``, ``turn``."""
-        return await ctx.views.info(session)
+        if (followed := await ctx.views.current(session)) is not None:
+            return JsonBytes(followed.body("info", _info_body))
+        return await session.info()
 
     @router.get(
         "/{session_id}/events",

@@ -34,7 +34,7 @@ from orchestrator.surfaces.http.deps import Context
 from orchestrator.surfaces.http.errors import BodyLimit, install_handlers
 from orchestrator.surfaces.http.inspect_api import inspect_router
 from orchestrator.surfaces.http.owners import Keys, Owners
-from orchestrator.surfaces.http.views import Views
+from orchestrator.surfaces.http.views import Views, WriteMark
 from orchestrator.surfaces.http.web import web_router
 
 if TYPE_CHECKING:
@@ -105,6 +105,7 @@ def create_app(
     app = FastAPI(title=title, description=DESCRIPTION, version="1")
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(WriteMark, views=ctx.views)
     app.include_router(session_router(ctx))
     app.include_router(chat_router(ctx))
     app.include_router(inspect_router(ctx))

@@ -7,22 +7,27 @@ and every SSE follower of the session is fed from its one subscription (each bat
 are encoded once, for all of them). A view nobody streams from and nobody read for ``idle``
 seconds is dropped.
 
-A read shows every write that was durable when it began (read-your-writes, also for writes made
-elsewhere): it asks the store for the session's last index, a local query, and waits until the
-view has reached it. A view that does not get there within ``catch_up`` seconds (a host that is
-restarting) gives way to a direct read of the host, as before.
+Read-your-writes: once a command to a session has been answered by this server (``WriteMark``
+notes it as the response starts), the next read of the session asks the store for its last index
+(a local query) and waits until the view has reached it; reads with no such write since answer at
+once. A write made elsewhere (the Python API, another server) shows as soon as its mutations
+arrive, within a poll. A view that does not catch up within ``catch_up`` seconds (a host that is
+restarting) gives way to a direct read of the host.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestrator.core.aistate import AIState
 from orchestrator.core.mutations import info_of
@@ -33,7 +38,7 @@ if TYPE_CHECKING:
     from actors.client import LiveView, Mutation, Session
     from orchestrator.core.contract import Contract
 
-__all__ = ["Followed", "Views", "session_events"]
+__all__ = ["Followed", "JsonBytes", "Views", "WriteMark", "json_bytes", "session_events"]
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +51,17 @@ class Followed:
     used: float
     feeds: set[Feed] = field(default_factory=set)
     waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    checked: int = 0
+    """The write generation (``Views.written``) the view was last brought up to."""
     _snapshot: tuple[int, bytes] | None = None
+    _bodies: dict[str, tuple[int, bytes]] = field(default_factory=dict)
+
+    def body(self, kind: str, encode: Callable[[Followed], bytes]) -> bytes:
+        """A read's JSON body at ``index``, encoded once per index and kind."""
+        cached = self._bodies.get(kind)
+        if cached is None or cached[0] != self.index:
+            cached = self._bodies[kind] = (self.index, encode(self))
+        return cached[1]
 
     @property
     def index(self) -> int:
@@ -115,6 +130,17 @@ class Followed:
                     future.set_result(None)
 
 
+def json_bytes(body: Any) -> bytes:
+    """``body`` as FastAPI's ``JSONResponse`` encodes it."""
+    return json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+class JsonBytes(Response):
+    """A JSON body encoded already (a view's cached answer)."""
+
+    media_type = "application/json"
+
+
 class Views:
     """The live views of the sessions this server follows (see the module docstring)."""
 
@@ -126,6 +152,8 @@ class Views:
         self._starting: dict[str, asyncio.Future[Followed]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._closed = False
+        self.written: dict[str, int] = {}
+        """Per session, how many of its commands this server has answered (see ``wrote``)."""
         self.direct = 0
         """Reads answered by the session's host because its view was behind (a host restarting)."""
 
@@ -157,24 +185,29 @@ class Views:
         finally:
             del self._starting[session.id]
 
-    async def read(self, session: Session) -> Snapshot:
-        """The session's state and index, with everything durable when the read began."""
-        target = await session.runtime.store.last_index(session.id)
-        followed = await self.follow(session)
-        if await followed.reach(target, self.catch_up):
-            return followed.snapshot()
-        self.direct += 1
-        log.info("http_view_behind", session=session.id, index=followed.index, target=target)
-        return await session.state()
+    def wrote(self, session_id: str) -> None:
+        """A command to ``session_id`` was answered: the next read must show it."""
+        if session_id in self.followed or session_id in self._starting:
+            self.written[session_id] = self.written.get(session_id, 0) + 1
 
-    async def info(self, session: Session) -> dict[str, Any]:
-        """``GET .../info`` from the view (a direct read when it is behind)."""
-        target = await session.runtime.store.last_index(session.id)
+    async def current(self, session: Session) -> Followed | None:
+        """The session's view, holding every write this server answered before now (``None``: it lags)."""
         followed = await self.follow(session)
-        if await followed.reach(target, self.catch_up):
-            return followed.info()
-        self.direct += 1
-        return await session.info()
+        generation = self.written.get(session.id, 0)
+        if followed.checked >= generation:
+            return followed
+        target = await session.runtime.store.last_index(session.id)
+        if not await followed.reach(target, self.catch_up):
+            self.direct += 1
+            log.info("http_view_behind", session=session.id, index=followed.index, target=target)
+            return None
+        followed.checked = max(followed.checked, generation)
+        return followed
+
+    async def read(self, session: Session) -> Snapshot:
+        """The session's state and index, with every write this server answered before the read."""
+        followed = await self.current(session)
+        return followed.snapshot() if followed is not None else await session.state()
 
     def _ensure_sweeper(self) -> None:
         if self._sweeper is None or self._sweeper.done():
@@ -188,6 +221,7 @@ class Views:
             for session_id, followed in list(self.followed.items()):
                 if not followed.feeds and not followed.waiters and now - followed.used >= self.idle:
                     del self.followed[session_id]
+                    self.written.pop(session_id, None)
                     await followed.live.close()
 
     async def close(self) -> None:
@@ -245,3 +279,35 @@ async def session_events(
                     cursor = index
     finally:
         followed.detach(feed)
+
+
+class WriteMark:
+    """ASGI middleware: a command's answer marks its session written (``Views.wrote``) as it starts.
+
+    Any non-GET request under ``/api/sessions/{id}/`` or ``/api/chat`` with a session id counts:
+    the mark is made before the client can see the answer, so a read it sends next waits for the
+    write (and a read that does not follow a write costs no store query).
+    """
+
+    def __init__(self, app: ASGIApp, views: Views) -> None:
+        self.app = app
+        self.views = views
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on; mark its session as the answer starts."""
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        session_id = path.split("/")[3] if path.startswith("/api/sessions/") and path.count("/") >= 4 else None
+        if session_id is None:
+            await self.app(scope, receive, send)
+            return
+        views = self.views
+
+        async def marked(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                views.wrote(session_id)
+            await send(message)
+
+        await self.app(scope, receive, marked)

@@ -451,7 +451,8 @@ def format_http(figures: HttpFigures) -> str:
             f"{phase.seconds:.2f} s ({phase.rate:.0f} req/s), p50 {phase.p50_ms:.0f} ms, p99 {phase.p99_ms:.0f} ms, "
             f"max {phase.max_ms:.0f} ms, {phase.errors} errors"
         )
-    verdict = "every follower saw every event exactly once" if figures.ok else "NOT every event exactly once"
+    exact = figures.lost == figures.duplicated == figures.mismatched == figures.unfinished == 0
+    verdict = "every follower saw every event exactly once" if exact else "NOT every event exactly once"
     lines.append(
         f"   sse: {figures.events} events to {figures.followers} followers; {figures.lost} lost, "
         f"{figures.duplicated} duplicated, {figures.mismatched} sessions whose stream does not fold to their state, "

@@ -267,16 +267,27 @@ async def session_events(
             except TimeoutError:
                 yield PING
                 continue
-            if item is None:
-                return
-            if item == RESET:
-                cursor, first = followed.snapshot_event()
-                yield first
-                continue
-            for index, data in item:
-                if index > cursor:  # the snapshot or catch-up holds the rest
-                    yield data
-                    cursor = index
+            # Everything queued goes out in one write: under load the stream sends fewer, larger
+            # chunks (each send crosses every middleware) instead of falling behind.
+            out: list[bytes] = []
+            while True:
+                if item is None:
+                    if out:
+                        yield b"".join(out)
+                    return
+                if item == RESET:
+                    cursor, first = followed.snapshot_event()
+                    out = [first]
+                else:
+                    for index, data in item:
+                        if index > cursor:  # the snapshot or catch-up holds the rest
+                            out.append(data)
+                            cursor = index
+                if feed.empty():
+                    break
+                item = feed.get_nowait()
+            if out:
+                yield b"".join(out)
     finally:
         followed.detach(feed)
 

@@ -33,6 +33,9 @@ TIMEOUT = 60.0
 @pytest.fixture
 async def served(runtime: Runtime) -> AsyncIterator[tuple[httpx.AsyncClient, Views]]:
     app: Any = create_app(runtime, AGENT)
+    # A view slower than its catch-up bound gives way to a host read; here it is waited for
+    # (bounded), so a read that was not answered from the view is a failure, not a slow machine.
+    app.state.troupe.views.catch_up = TIMEOUT
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=TIMEOUT) as http:
         yield http, app.state.troupe.views

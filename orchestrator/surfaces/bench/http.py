@@ -66,6 +66,8 @@ class Phase:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    failures: tuple[str, ...] = ()
+    """What the failed requests got (distinct: a status code, or the client's error)."""
 
     @property
     def rate(self) -> float:
@@ -314,19 +316,24 @@ async def _request(http: httpx.AsyncClient, kind: str, sid: str, n: int) -> http
 async def _phase(name: str, http: httpx.AsyncClient, plan: list[tuple[str, str]], connections: int) -> Phase:
     latencies: list[float] = []
     errors = 0
+    failures: set[str] = set()
     work: Iterator[tuple[int, tuple[str, str]]] = iter(enumerate(plan))
 
     async def worker() -> None:
         nonlocal errors
         for n, (kind, sid) in work:
             began = time.perf_counter()
+            failure = None
             try:
                 response = await _request(http, kind, sid, n)
-                ok = response.status_code < 400
-            except httpx.HTTPError:
-                ok = False
+                if response.status_code >= 400:
+                    failure = f"{kind}: HTTP {response.status_code}"
+            except httpx.HTTPError as error:
+                failure = f"{kind}: {type(error).__name__}"
             latencies.append(time.perf_counter() - began)
-            errors += 0 if ok else 1
+            if failure is not None:
+                errors += 1
+                failures.add(failure)
 
     began = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(connections)))
@@ -339,6 +346,7 @@ async def _phase(name: str, http: httpx.AsyncClient, plan: list[tuple[str, str]]
         _percentile(latencies, 0.5) * 1000,
         _percentile(latencies, 0.99) * 1000,
         max(latencies, default=0.0) * 1000,
+        tuple(sorted(failures)),
     )
 
 
@@ -450,6 +458,7 @@ def format_http(figures: HttpFigures) -> str:
             f"{phase.name:>6}: {phase.requests} requests over {figures.connections} connections in "
             f"{phase.seconds:.2f} s ({phase.rate:.0f} req/s), p50 {phase.p50_ms:.0f} ms, p99 {phase.p99_ms:.0f} ms, "
             f"max {phase.max_ms:.0f} ms, {phase.errors} errors"
+            + (f" ({', '.join(phase.failures)})" if phase.errors else "")
         )
     exact = figures.lost == figures.duplicated == figures.mismatched == figures.unfinished == 0
     verdict = "every follower saw every event exactly once" if exact else "NOT every event exactly once"

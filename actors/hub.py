@@ -90,8 +90,8 @@ class MutationHub:
         if channel is None:
             return
         channel.last_index = index
-        if not mutations:
-            return
+        # An append that changes nothing a client sees is still news: its subscribers learn the
+        # index, so a reader waiting for the log to reach it is not left waiting.
         ring = channel.ring
         ring.append((index, mutations))
         while len(ring) > self.ring_size:

@@ -129,8 +129,8 @@ class LiveView(Generic[SessionT, TurnT]):
 
     - ``view``: the conversation as the mutations have it (a ``ClientView``; ``wait_for``).
     - ``confirmed``: the server's ``AIState`` as this client knows it. The conversation, the
-      inbox, the active and the last turn, the approvals and the app state follow every
-      mutation; the rest (tool records, usage, compaction) is as of the last snapshot.
+      inbox, the active and the last turn, the approvals, the app state and the token totals
+      follow every mutation; the rest (tool records, compaction) is as of the last snapshot.
     - ``state``: what to render, ``confirmed`` plus the commands this view sent that the server
       has not confirmed yet (``orchestrator.core.optimistic``). Send through the view
       (``send``, ``prompt``, ``steer``, ``stop``, ``queue``) and the input shows at once: an idle,
@@ -157,6 +157,10 @@ class LiveView(Generic[SessionT, TurnT]):
         self._pending: list[Command] = []
         self._answered: set[str] = set()  # pending commands whose receipt came back applied
         self._shown: AIState | None = None  # ``state``, computed when read
+        self.index = 0
+        """The log index ``confirmed`` reflects (past the last mutation's when later events changed nothing shown)."""
+        self.indicator: str | None = None
+        """``AIState.indicator`` as the server has it (``"compacting"`` while a compaction runs)."""
 
     async def start(self) -> None:
         """Subscribe first, then load the snapshot, then apply what arrived after it."""
@@ -164,6 +168,11 @@ class LiveView(Generic[SessionT, TurnT]):
         await self._subscription.ready()
         await self._snapshot()
         self._task = asyncio.ensure_future(self._run())
+
+    @property
+    def running(self) -> bool:
+        """Whether the view still follows the session (started, and not closed)."""
+        return self._task is not None and not self._task.done()
 
     # -- the three views -----------------------------------------------------------------------------
 
@@ -193,6 +202,8 @@ class LiveView(Generic[SessionT, TurnT]):
         snapshot = await self.session.state()
         self.view = ClientView.of(snapshot.state.session, snapshot.index)
         self._known = snapshot.state
+        self.index = snapshot.index
+        self.indicator = snapshot.state.indicator
         self._settle()
 
     async def _run(self) -> None:
@@ -204,6 +215,7 @@ class LiveView(Generic[SessionT, TurnT]):
                 for mutation in batch:
                     if self.view.apply(mutation):
                         self._track(mutation)
+            self.index = max(self.index, self.view.index, getattr(batch, "cursor", -1))
             self._shown = None
             for listener in self.listeners:
                 result = listener(batch)
@@ -222,6 +234,7 @@ class LiveView(Generic[SessionT, TurnT]):
                 for q in info["queued"]
             )
             known = _with_turn(known.with_(inbox=Inbox(items, bool(info["paused"]))), info["turn"], info["lastTurn"])
+            self.indicator = info.get("indicator")
         elif kind == "turn":
             known = _with_turn(known, mutation["turn"], mutation["lastTurn"])
         elif kind == "interaction":
@@ -232,6 +245,13 @@ class LiveView(Generic[SessionT, TurnT]):
             known = known.with_(interactions={**known.interactions, interaction.id: interaction})
         elif kind == "app":
             known = known.with_(app=dict(mutation["app"]))
+        elif kind == "usage":
+            usage = mutation["usage"]
+            known = known.with_(
+                usage=replace(
+                    known.usage, input_tokens=int(usage["inputTokens"]), output_tokens=int(usage["outputTokens"])
+                )
+            )
         self._known = known
         if self._answered and kind not in ("delta", "part"):
             self._settle()

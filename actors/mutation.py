@@ -12,7 +12,7 @@ from typing import Any
 
 from orchestrator.core.aistate import Receipt
 
-__all__ = ["Mutation", "StopResult"]
+__all__ = ["Batch", "Mutation", "StopResult"]
 
 
 class Mutation(dict[str, Any]):
@@ -23,7 +23,7 @@ class Mutation(dict[str, Any]):
         """The kind of change (``reset`` means: re-read the snapshot).
 
         One of ``message``, ``part``, ``delta``, ``status``, ``truncate``, ``turn``,
-        ``interaction``, ``info``, ``app`` or ``reset``.
+        ``interaction``, ``info``, ``app``, ``usage`` or ``reset``.
         """
         return str(self.get("type"))
 
@@ -31,6 +31,16 @@ class Mutation(dict[str, Any]):
     def index(self) -> int:
         """The log index of the event that produced it."""
         return int(self.get("index", 0))
+
+
+class Batch(list[Mutation]):
+    """The mutations one poll brought for a session, and ``cursor``: the log index they bring it to.
+
+    ``cursor`` can be past every mutation's (an append's last events may change nothing a client
+    sees), and a batch can be empty: then it only says how far the log has gone.
+    """
+
+    cursor: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ import contextlib
 from actors.client import Mutation, Session, Subscription
 from actors.errors import HostUnavailable
 from actors.hub import WaitFailed
+from actors.mutation import Batch
 from actors.transport import Transport
 from orchestrator.core.ids import new_id
 from orchestrator.core.turn import TurnOutcome
@@ -141,16 +142,21 @@ class Poller:
             for session_id, (cursor, mutations) in news.items():
                 if session_id not in self.cursors:
                     continue
+                previous = self.cursors[session_id]
                 self.cursors[session_id] = cursor
-                batch = [Mutation(m) for m in mutations]
+                batch = Batch(Mutation(m) for m in mutations)
+                batch.cursor = cursor
                 if session_id in self._resets:
                     self._resets.discard(session_id)
                     batch.insert(0, Mutation(type="reset", index=cursor))
+                advanced = cursor > previous >= 0  # an empty batch still tells how far the log went
                 for sub in self.subscribers.get(session_id, []):
                     if not sub.registered.is_set():
                         sub.cursor = cursor
                         sub.registered.set()
-                    if batch:
+                        if batch:
+                            sub.feed(batch)
+                    elif batch or advanced:
                         sub.feed(batch)
 
     def _restart(self, *, reset: bool) -> None:

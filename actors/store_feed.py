@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 import structlog
 
 from actors.client import Mutation, Subscription
+from actors.mutation import Batch
 from orchestrator.core.contract import Contract
 from orchestrator.core.errors import StoreError
 from orchestrator.core.fold import evolve, fold_events
@@ -72,8 +73,9 @@ class StoreFeed:
                     after, _ = evolve(state, event, self._contract)
                     mutations = diff(state, after, event.index)
                     state = after
-                    if mutations:
-                        subscription.feed([Mutation(m) for m in mutations])
+                    batch = Batch(Mutation(m) for m in mutations)
+                    batch.cursor = event.index
+                    subscription.feed(batch)  # an empty batch still tells how far the log went
         except StoreError as error:  # the store was closed, or lost for longer than it retries
             log.info("store_feed_ended", session_id=session_id, error=error.message)
             subscription.queue.put_nowait(None)

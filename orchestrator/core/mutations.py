@@ -31,7 +31,7 @@ from orchestrator.core.wire import (
     run_status_to_wire,
 )
 
-__all__ = ["ClientView", "Mutation", "diff", "info_of", "interaction_to_wire", "turn_of"]
+__all__ = ["ClientView", "Mutation", "diff", "info_of", "interaction_to_wire", "turn_of", "usage_of"]
 
 Mutation = dict[str, Any]
 
@@ -91,6 +91,15 @@ def info_of(state: AIState) -> dict[str, Any]:
     }
 
 
+def usage_of(state: AIState) -> dict[str, int]:
+    """The session's token totals on the wire (``usage`` in the state JSON and the ``usage`` mutation)."""
+    return {"inputTokens": state.usage.input_tokens, "outputTokens": state.usage.output_tokens}
+
+
+def _totals(state: AIState) -> tuple[int, int]:
+    return state.usage.input_tokens, state.usage.output_tokens
+
+
 def diff(before: AIState, after: AIState, index: int) -> list[Mutation]:
     """The mutations that take a client from ``before`` to ``after`` (all stamped ``index``)."""
     out: list[Mutation] = []
@@ -110,6 +119,8 @@ def diff(before: AIState, after: AIState, index: int) -> list[Mutation]:
         out.append({"type": "info", "info": info_of(after)})
     if before.app is not after.app and before.app != after.app:
         out.append({"type": "app", "app": dict(after.app)})
+    if before.usage is not after.usage and _totals(before) != _totals(after):
+        out.append({"type": "usage", "usage": usage_of(after)})
     for mutation in out:
         mutation["index"] = index
     return out

@@ -762,8 +762,13 @@ class _FakeSubscription:
     async def next_batch(self, timeout: float | None = None) -> list[Any] | None:
         return await asyncio.wait_for(self.queue.get(), timeout)
 
+    async def batches(self) -> AsyncIterator[list[Any]]:
+        while (batch := await self.queue.get()) is not None:
+            yield batch
+
     def close(self) -> None:
         self.closed = True
+        self.queue.put_nowait(None)
 
 
 class _FakeSession:
@@ -774,6 +779,13 @@ class _FakeSession:
 
     def subscribe(self) -> _FakeSubscription:
         return self.subscription
+
+    async def live(self) -> Any:
+        from actors.live import LiveView
+
+        view: LiveView[Any, Any] = LiveView(self)
+        await view.start()
+        return view
 
     async def state(self) -> Any:
         from orchestrator.run.log import Snapshot
@@ -786,11 +798,12 @@ async def test_a_reset_becomes_a_fresh_snapshot_event() -> None:
     from actors.client import Mutation
     from orchestrator.core.parts import AgentMessage, TextPart
     from orchestrator.core.state import SessionState
-    from orchestrator.surfaces.http.sse import session_events
+    from orchestrator.surfaces.http.views import Views, session_events
 
     later = AIState(session=SessionState.of([AgentMessage("u-1", "user", (TextPart("u-1:0", "hi"),))]))
     session = _FakeSession([(AIState(), 3), (later, 9)])
-    stream = session_events(session, None, None)  # type: ignore[arg-type]
+    views = Views()
+    stream = session_events(views, session, None, None)  # type: ignore[arg-type]
     first = await anext(stream)
     assert first.startswith(b"event: snapshot\nid: 3\n")
     session.subscription.queue.put_nowait([Mutation(type="status", path=[], status="streaming", index=2)])
@@ -802,6 +815,8 @@ async def test_a_reset_becomes_a_fresh_snapshot_event() -> None:
     third = await anext(stream)
     assert third.startswith(b"event: mutations\nid: 10\n")
     await stream.aclose()
+    assert not views.followed[session.id].feeds  # the stream let go of the session's view
+    await views.close()
     assert session.subscription.closed
 
 

@@ -271,3 +271,45 @@ def bench_data_command(
     )
     console.print(format_data(runs), highlight=False, soft_wrap=True)
     _write_json(json_file, as_json(runs))
+
+
+@bench_app.command("http")
+def bench_http_command(
+    sessions: Annotated[int, typer.Option(min=1, help="Sessions to create (each runs turns during the load).")] = 50,
+    followers: Annotated[int, typer.Option(min=1, help="SSE followers, spread over the sessions.")] = 500,
+    requests: Annotated[
+        int, typer.Option(min=1, help="Requests in the mixed burst (and in the reads-only run).")
+    ] = 1000,
+    connections: Annotated[int, typer.Option(min=1, help="Connections the requests go over.")] = 200,
+    url: Annotated[
+        str | None, typer.Option(help="Load this running server (`troupe serve configs/bench-http.yaml`) instead.")
+    ] = None,
+    local: Annotated[bool, typer.Option("--local", help="Serve on an in-process runtime, not a local Ray.")] = False,
+    store: Annotated[str | None, typer.Option(help="The served store's URL (default: a scratch SQLite file).")] = None,
+    limit: Annotated[float, typer.Option(min=10, help="Seconds the whole run may take.")] = 600.0,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """The HTTP API under a bounded loopback load: SSE followers, a mixed burst, reads alone."""
+    from orchestrator.surfaces.bench.http import bench_http, format_http
+
+    console = stdout()
+    console.print(
+        f"bench http: {sessions} sessions, {followers} SSE followers, {requests} requests over {connections} "
+        f"connections ({'in process' if local else 'on a local Ray'}{'' if url is None else ', at ' + url})"
+    )
+    figures = asyncio.run(
+        bench_http(
+            sessions=sessions,
+            followers=followers,
+            requests=requests,
+            connections=connections,
+            url=url,
+            local=local,
+            store=store,
+            limit=limit,
+        )
+    )
+    console.print(format_http(figures), highlight=False, soft_wrap=True)
+    _write_json(json_file, figures.summary())
+    if not figures.ok:
+        fail("a request failed, or an SSE follower lost or repeated an event (see above)")

@@ -17,7 +17,6 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Response
 from orchestrator.core.aistate import Receipt
 from orchestrator.core.errors import ParseError, UsageError
 from orchestrator.core.events import Event
-from orchestrator.core.mutations import info_of
 from orchestrator.core.wire import message_to_wire
 from orchestrator.surfaces.http.deps import Context, check_session_id
 from orchestrator.surfaces.http.errors import ApiError, ErrorBody, duplicate_message
@@ -49,8 +48,9 @@ from orchestrator.surfaces.http.models import (
     StopRequest,
     StopResult,
 )
-from orchestrator.surfaces.http.sse import EventStream, session_events, sse_event_schema
+from orchestrator.surfaces.http.sse import EventStream, sse_event_schema
 from orchestrator.surfaces.http.state import state_json
+from orchestrator.surfaces.http.views import Followed, JsonBytes, json_bytes, session_events
 
 if TYPE_CHECKING:
     from actors.client import Session
@@ -106,6 +106,18 @@ def _reused(receipt: Receipt) -> ApiError:
     body = receipt_body(receipt)
     assert body is not None
     return ApiError(409, duplicate_message(receipt.command_id), "id", body.model_dump(mode="json", by_alias=True))
+
+
+def _state_body(followed: Followed) -> bytes:
+    return json_bytes({"state": state_json(followed.state), "index": followed.index})
+
+
+def _messages_body(followed: Followed) -> bytes:
+    return json_bytes({"messages": [message_to_wire(m) for m in followed.state.messages]})
+
+
+def _info_body(followed: Followed) -> bytes:
+    return json_bytes(followed.info())
 
 
 def session_router(ctx: Context) -> APIRouter:
@@ -360,21 +372,26 @@ def session_router(ctx: Context) -> APIRouter:
         session: Owned,
         through: Annotated[int | None, Query(ge=0, description="Fold the log only through this index.")] = None,
         sub: SubPath = None,
-    ) -> StateBody:
+    ) -> StateBody | Response:
         """The state and the log index it reflects (``through``: as it was at that index; ``sub``: a sub-agent's)."""
         if sub:
             state, index = await sub_state(ctx, session.id, sub, through)
             return StateBody(state=state, index=index)
+        if through is None and (followed := await ctx.views.current(session)) is not None:
+            return JsonBytes(followed.body("state", _state_body))
         snapshot = await session.state(through=through)
         return StateBody(state=state_json(snapshot.state), index=snapshot.index)
 
     @router.get("/{session_id}/messages", response_model=MessageList, summary="The conversation")
-    async def get_messages(session: Owned) -> MessageList:
+    async def get_messages(session: Owned) -> MessageList | Response:
         """The conversation as wire messages."""
-        return MessageList(messages=[message_to_wire(m) for m in await session.messages()])
+        if (followed := await ctx.views.current(session)) is not None:
+            return JsonBytes(followed.body("messages", _messages_body))
+        return MessageList(messages=[message_to_wire(m) for m in (await session.state()).state.messages])
 
     @router.get(
         "/{session_id}/info",
+        response_model=dict[str, Any],
         summary="Executing, paused, queued inputs, the active turn",
         responses={
             200: {
@@ -394,10 +411,11 @@ def session_router(ctx: Context) -> APIRouter:
             }
         },
     )
-    async def get_info(session: Owned) -> dict[str, Any]:
+    async def get_info(session: Owned) -> dict[str, Any] | Response:
         """What drives a UI's controls: ``executing`` (the Stop button), ``queued``, ``turn``."""
-        snapshot = await session.state()
-        return {**info_of(snapshot.state), "index": snapshot.index}
+        if (followed := await ctx.views.current(session)) is not None:
+            return JsonBytes(followed.body("info", _info_body))
+        return await session.info()
 
     @router.get(
         "/{session_id}/events",
@@ -434,7 +452,7 @@ def session_router(ctx: Context) -> APIRouter:
                 raise ApiError(422, "Last-Event-ID must be a log index (an integer)", "Last-Event-ID") from None
             if last < 0:
                 raise ApiError(422, "Last-Event-ID must be 0 or more", "Last-Event-ID")
-        stream = session_events(session, ctx.agent.contract, last, heartbeat=ctx.heartbeat)
+        stream = session_events(ctx.views, session, ctx.agent.contract, last, heartbeat=ctx.heartbeat)
         return EventStream(stream, closing=ctx.closing)
 
     return router

@@ -12,9 +12,10 @@ heartbeats, throttling and ownership timestamps); its translators (``aisdk.Messa
 ``chat.ChatTurn``) stay pure and take the time as an argument.
 
 Modules: ``api`` (session routes), ``chat_api`` (AI SDK routes), ``inspect_api`` (the log),
-``web`` (the chat and inspector pages), ``sse`` (the resumable mutation
-stream), ``chat`` and ``aisdk`` (turn -> UI message chunks), ``models`` (bodies), ``errors``
-(error shape, size limit), ``owners`` (keys and ownership), ``deps``, ``state``.
+``web`` (the chat and inspector pages), ``sse`` (the resumable mutation stream), ``views`` (the
+followed sessions that reads and streams answer from), ``chat`` and ``aisdk`` (turn -> UI message
+chunks), ``models`` (bodies), ``errors`` (error shape, size limit), ``owners`` (keys and
+ownership), ``deps``, ``state``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from orchestrator.surfaces.http.deps import Context
 from orchestrator.surfaces.http.errors import BodyLimit, install_handlers
 from orchestrator.surfaces.http.inspect_api import inspect_router
 from orchestrator.surfaces.http.owners import Keys, Owners
+from orchestrator.surfaces.http.views import Views, WriteMark
 from orchestrator.surfaces.http.web import web_router
 
 if TYPE_CHECKING:
@@ -68,6 +70,7 @@ def create_app(
     title: str = "Troupe",
     heartbeat: float = 15.0,
     throttle: float = 0.1,
+    follow_idle: float = 30.0,
 ) -> FastAPI:
     """The HTTP app for ``runtime`` (started) where every session runs ``agent``.
 
@@ -79,6 +82,8 @@ def create_app(
         title: the OpenAPI title.
         heartbeat: seconds between ``: ping`` comments on idle SSE streams.
         throttle: least seconds between two preliminary outputs of a sub-agent call on ``/api/chat``.
+        follow_idle: seconds a session's view stays in this process after its last read or stream
+            (reads answer from it: ``orchestrator.surfaces.http.views``).
 
     Raises:
         UsageError: an argument that cannot work (how to fix it is in the message).
@@ -87,6 +92,8 @@ def create_app(
         raise UsageError(f"create_app(runtime, agent): agent must be an Agent, got {type(agent).__name__}")
     if isinstance(api_keys, str):
         raise UsageError("create_app(api_keys=...) takes a list of keys, not one string")
+    if follow_idle <= 0:
+        raise UsageError("create_app(follow_idle=...) must be a positive number of seconds")
     if max_body_bytes < 1:
         raise UsageError("create_app(max_body_bytes=...) must be a positive number of bytes")
     try:
@@ -94,10 +101,11 @@ def create_app(
     except ValueError as error:
         raise UsageError(f"create_app: {error}") from None
     owners = Owners(runtime.store, open_access=not keys.enabled)
-    ctx = Context(runtime, agent, keys, owners, heartbeat, throttle)
+    ctx = Context(runtime, agent, keys, owners, heartbeat, throttle, views=Views(idle=follow_idle))
     app = FastAPI(title=title, description=DESCRIPTION, version="1")
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(WriteMark, views=ctx.views)
     app.include_router(session_router(ctx))
     app.include_router(chat_router(ctx))
     app.include_router(inspect_router(ctx))
@@ -152,7 +160,11 @@ async def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, **optio
             ctx = getattr(app.state, "troupe", None)
             if isinstance(ctx, Context):
                 ctx.closing.set()
-            await super().shutdown(sockets)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                if isinstance(ctx, Context):
+                    await ctx.views.close()
 
     options.setdefault("timeout_graceful_shutdown", SHUTDOWN_GRACE)
     config = uvicorn.Config(app, host=host, port=port, lifespan="off", **options)

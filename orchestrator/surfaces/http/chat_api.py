@@ -35,6 +35,7 @@ from orchestrator.surfaces.http.deps import Context, check_session_id
 from orchestrator.surfaces.http.errors import ApiError, ErrorBody, duplicate_message
 from orchestrator.surfaces.http.models import ChatRequest
 from orchestrator.surfaces.http.sse import EventStream, sse_event_schema
+from orchestrator.surfaces.http.views import JsonBytes, json_bytes
 
 if TYPE_CHECKING:
     from actors.client import Session
@@ -159,6 +160,7 @@ def chat_router(ctx: Context) -> APIRouter:
         if await ctx.owners.claim(session_id, owner) == "taken":
             raise ApiError(404, f"there is no chat {session_id!r} for this key", "id")
         plan = plan_request(body)
+        ctx.views.wrote(session_id)  # here and once it is sent: a read after the answer waits for it
         ctx.authorize(session_id, {"prompt": "send", "respond": "respond", "retry": "retry"}[plan.kind])
         session = ctx.session(session_id)
         subscription = session.subscribe()
@@ -202,6 +204,7 @@ def chat_router(ctx: Context) -> APIRouter:
         except BaseException:
             subscription.close()
             raise
+        ctx.views.wrote(session_id)
         stream = stream_turn(follower, subscription, session, first, heartbeat=ctx.heartbeat)
         return EventStream(stream, headers=headers, on_close=subscription.close, closing=ctx.closing)
 
@@ -230,10 +233,15 @@ def chat_router(ctx: Context) -> APIRouter:
         stream = stream_turn(follower, subscription, session, first, heartbeat=ctx.heartbeat)
         return EventStream(stream, headers=headers, on_close=subscription.close, closing=ctx.closing)
 
-    @router.get("/{session_id}/messages", summary="The conversation as AI SDK UIMessages")
-    async def ui_messages(session: Owned) -> list[dict[str, Any]]:
+    @router.get(
+        "/{session_id}/messages",
+        response_model=list[dict[str, Any]],
+        summary="The conversation as AI SDK UIMessages",
+    )
+    async def ui_messages(session: Owned) -> list[dict[str, Any]] | Response:
         """The conversation as UIMessages (``useChat({messages})`` after a reload)."""
-        snapshot = await session.state()
-        return to_ui_messages(snapshot.state)
+        if (followed := await ctx.views.current(session)) is not None:
+            return JsonBytes(followed.body("ui", lambda f: json_bytes(to_ui_messages(f.state))))
+        return to_ui_messages((await session.state()).state)
 
     return router

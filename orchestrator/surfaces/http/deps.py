@@ -16,6 +16,7 @@ from orchestrator.run.agent import Agent
 from orchestrator.surfaces.http.errors import ApiError
 from orchestrator.surfaces.http.models import SESSION_ID_SCHEMA
 from orchestrator.surfaces.http.owners import Keys, Owners
+from orchestrator.surfaces.http.views import Views
 
 if TYPE_CHECKING:
     from actors.base import BaseRuntime
@@ -68,6 +69,8 @@ class Context:
     """Least seconds between two preliminary outputs of a delegate call on the chat stream."""
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     """Set when the server starts to stop (``serve``): open streams end and long waits answer now."""
+    views: Views = field(default_factory=Views)
+    """The live views of the sessions this server follows: reads and SSE streams answer from them."""
 
     def session(self, session_id: str) -> Session:
         """A handle on ``session_id``."""

@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Send
@@ -35,7 +35,16 @@ from orchestrator.surfaces.http.state import state_json
 if TYPE_CHECKING:
     from actors.client import Mutation, Session
 
-__all__ = ["EventStream", "session_events", "sse_event", "sse_event_schema"]
+__all__ = [
+    "RESET",
+    "EventStream",
+    "Feed",
+    "catch_up",
+    "encode_groups",
+    "snapshot_event",
+    "sse_event",
+    "sse_event_schema",
+]
 
 PING: bytes = b": ping\n\n"
 
@@ -142,71 +151,34 @@ def sse_event(data: Any, *, event: str | None = None, id: int | None = None) -> 
     return ("\n".join(lines) + "\n\n").encode()
 
 
-def _snapshot_event(snapshot: Snapshot) -> bytes:
+RESET: Literal["reset"] = "reset"
+"""Fed to an SSE follower when its session's view started over: send a fresh snapshot."""
+
+Feed = asyncio.Queue["list[tuple[int, bytes]] | Literal['reset'] | None"]
+"""What an SSE follower is fed: per batch, the SSE event of each log index; ``RESET``; ``None`` at the end."""
+
+
+def snapshot_event(snapshot: Snapshot) -> bytes:
+    """The ``snapshot`` SSE event of ``snapshot``."""
     return sse_event(
         {"index": snapshot.index, "state": state_json(snapshot.state)}, event="snapshot", id=snapshot.index
     )
 
 
-async def session_events(
-    session: Session,
-    contract: Contract | None,
-    last_event_id: int | None,
-    *,
-    heartbeat: float = 15.0,
-) -> AsyncGenerator[bytes, None]:
-    """The SSE bytes of a session's mutation stream (see the module docstring).
-
-    The caller has not subscribed yet; this does, and closes the subscription when it ends.
-    """
-    subscription = session.subscribe()
-    try:
-        await subscription.ready()
-        snapshot = await session.state()
-        cursor = snapshot.index
-        if last_event_id is None or last_event_id > cursor:
-            # A fresh client, or one from another history (its index is past this log's end).
-            yield _snapshot_event(snapshot)
-        elif last_event_id < cursor:
-            mutations = await _catch_up(session, contract, last_event_id, cursor)
-            yield sse_event({"index": cursor, "mutations": mutations}, event="mutations", id=cursor)
-        while True:
-            try:
-                batch = await subscription.next_batch(heartbeat)
-            except TimeoutError:
-                yield PING
-                continue
-            if batch is None:
-                return
-            if any(m.type == "reset" for m in batch):
-                snapshot = await session.state()
-                cursor = snapshot.index
-                yield _snapshot_event(snapshot)
-                continue
-            for index, group in _by_index(batch, cursor):
-                yield sse_event({"index": index, "mutations": group}, event="mutations", id=index)
-                cursor = index
-    finally:
-        subscription.close()
-
-
-def _by_index(batch: list[Mutation], cursor: int) -> list[tuple[int, list[dict[str, Any]]]]:
-    """The mutations after ``cursor``, grouped by log index (the snapshot or catch-up holds the rest).
-
-    A host publishes each index's mutations in one piece, so an index never spans two batches.
-    """
+def encode_groups(batch: list[Mutation]) -> list[tuple[int, bytes]]:
+    """A batch's ``mutations`` SSE events, one per log index (a host publishes an index in one piece)."""
     groups: list[tuple[int, list[dict[str, Any]]]] = []
     for mutation in batch:
         index = mutation.index
-        if index <= cursor:
-            continue
         if not groups or groups[-1][0] != index:
             groups.append((index, []))
         groups[-1][1].append(dict(mutation))
-    return groups
+    return [
+        (index, sse_event({"index": index, "mutations": group}, event="mutations", id=index)) for index, group in groups
+    ]
 
 
-async def _catch_up(session: Session, contract: Contract | None, after: int, through: int) -> list[dict[str, Any]]:
+async def catch_up(session: Session, contract: Contract | None, after: int, through: int) -> list[dict[str, Any]]:
     """The mutations from the state at ``after`` to the state at ``through`` (one fold of the log)."""
     events = await session.runtime.store.read(session.id, after=0, limit=through)
     before = fold_events(events[:after], None, contract)

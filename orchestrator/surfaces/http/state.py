@@ -8,7 +8,7 @@ from pydantic_core import to_jsonable_python
 
 from orchestrator.core.aistate import AIState
 from orchestrator.core.approvals import nested_approvals
-from orchestrator.core.mutations import info_of, interaction_to_wire, turn_of
+from orchestrator.core.mutations import info_of, interaction_to_wire, turn_of, usage_of
 from orchestrator.core.wire import state_to_wire
 
 __all__ = ["state_json"]
@@ -33,5 +33,5 @@ def state_json(state: AIState) -> dict[str, Any]:
         for a in nested_approvals(state.messages)
     ]
     out["app"] = to_jsonable_python(dict(state.app), fallback=str)
-    out["usage"] = {"inputTokens": state.usage.input_tokens, "outputTokens": state.usage.output_tokens}
+    out["usage"] = usage_of(state)
     return out

@@ -14,7 +14,9 @@ which goes, warm, to the first session waiting. A wait longer than ``limits.wait
 
 A sub-agent never waits: it takes a free actor, or starts one under the limit, or else runs on
 its parent's actor (a parent waiting on a child that waits for an actor the parent holds would
-deadlock). Actors beyond ``limits.keep`` free ones are stopped when released.
+deadlock). A released actor stays warm for the next session, up to ``limits.keep`` free ones
+(the runtime keeps them all: each sub-agent run is a new session, and restarting its actor on
+every turn cost more than the idle actor does); beyond that it is stopped.
 
 Plain asyncio, no Ray: the supervisor hands it the actor operations (``Actors``).
 """
@@ -68,7 +70,7 @@ class DedicatedLimits:
     warm: int = 2
     """Free actors started ahead of demand."""
     keep: int = 4
-    """Free actors kept when released (the rest stop)."""
+    """Free actors kept when released (the rest stop); the runtime's: ``actors``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,12 +47,13 @@ ACTOR_BYTES = 128 * 2**20
 
 
 def default_max_actors(cpus: float, memory_bytes: float) -> int:
-    """The default ``max_dedicated``: 8 actors per CPU, within a quarter of the memory Ray offers.
+    """The default ``max_dedicated``: 4 actors per CPU, within a quarter of the memory Ray offers.
 
-    Measured here (2 cores): past ~16 actors the sessions' own work and the actors' idle cost
-    compete for the cores, and more actors only add start-up time and memory.
+    Measured here (2 cores, ``troupe bench shop --placement dedicated --max-dedicated M``): 50
+    sessions ran at 6.0 sessions/s with 8 actors, 5.8 with 16 and 1.6 with 32; 200 at 6.5 with 8
+    and 4.0 with 16. Past a few actors per core, more only add start-ups and memory.
     """
-    by_cpu = int(8 * max(cpus, 1))
+    by_cpu = int(4 * max(cpus, 1))
     by_memory = int(memory_bytes / 4 / ACTOR_BYTES)
     return max(2, min(by_cpu, by_memory) if by_memory > 0 else by_cpu)
 

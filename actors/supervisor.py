@@ -84,7 +84,7 @@ class Supervisor:
         self.recoveries: list[dict[str, Any]] = []
         self._watching: dict[str, asyncio.Task[None]] = {}
         self.pool = DedicatedPool(
-            limits or DedicatedLimits(actors=16, warm=warm, keep=2 * warm),
+            limits or DedicatedLimits(actors=8, warm=warm, keep=2 * warm),
             Actors(start=self._start_host, stop=self._stop_host, adopt=self._adopt, reclaim=self._reclaim),
         )
         self.started = time.time()

@@ -133,6 +133,6 @@ async def test_concurrent_assigns_of_one_session_share_one_actor() -> None:
 
 
 def test_the_default_limit_follows_cpus_and_memory() -> None:
-    assert default_max_actors(2, 24 * 2**30) == 16
+    assert default_max_actors(2, 24 * 2**30) == 8
     assert default_max_actors(2, 1 * 2**30) == 2  # a quarter of 1 GiB holds two 128 MB actors
     assert default_max_actors(64, 16 * 2**30) == 32  # memory bounds a big CPU count

@@ -104,7 +104,7 @@ def bench_shop_command(
     store: StoresOption = None,
     max_dedicated: Annotated[
         int | None,
-        typer.Option(min=1, help="Dedicated placement: actors at most (default: 8 per CPU, within 1/4 of memory)."),
+        typer.Option(min=1, help="Dedicated placement: actors at most (default: 4 per CPU, within 1/4 of memory)."),
     ] = None,
 ) -> None:
     """The shop workload end to end on Ray: N sessions x 3 turns with a sub-agent, verified live.

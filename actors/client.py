@@ -32,7 +32,7 @@ from orchestrator.core.commands import (
 )
 from orchestrator.core.contract import Reducer
 from orchestrator.core.errors import UsageError
-from orchestrator.core.events import Event
+from orchestrator.core.events import BUILTIN_PREFIX, Event
 from orchestrator.core.ids import new_id
 from orchestrator.core.mutations import info_of
 from orchestrator.core.parts import AgentMessage, Role
@@ -314,6 +314,10 @@ class Session:
 
     async def push(self, *events: Event | tuple[str, dict[str, Any]]) -> int:
         """Append app events (trusted: this is server code). Returns the log index after them."""
+        for event in events:
+            kind = event.type if isinstance(event, Event) else event[0]
+            if isinstance(kind, str) and kind.startswith(BUILTIN_PREFIX):
+                raise UsageError(f"push() takes app events; {kind!r} is a built-in event type")
         built = [e if isinstance(e, Event) else Event(new_id("evt"), e[0], e[1]) for e in events]
         index: int = await self._call("push", built, True)
         return index

@@ -6,6 +6,7 @@ to them here, the way Ray Serve keeps its controller a plain class.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import ray
@@ -15,10 +16,13 @@ __all__ = [
     "ACTOR_ERRORS",
     "DEFAULT_NAMESPACE",
     "HOST_CONCURRENCY",
+    "OWN_RAY_OPTIONS",
+    "OWN_RAY_SYSTEM_CONFIG",
     "SUPERVISOR_NAME",
     "head_node",
     "host_actor",
     "host_name",
+    "own_ray_options",
     "supervisor_actor",
 ]
 
@@ -35,6 +39,31 @@ SUPERVISOR_NAME = "troupe-supervisor"
 """The supervisor's actor name (one per namespace)."""
 HOST_CONCURRENCY = 100_000
 """Concurrent calls a host accepts: long polls and child runs wait inside it, so this is high."""
+
+
+def own_ray_options(address: str | None, given: dict[str, Any]) -> dict[str, Any]:
+    """``ray.init`` options for the Ray a ``Runtime`` starts itself: what sessions need, nothing more.
+
+    ``given`` (``Runtime(ray_options=...)``) wins. Ray 2.60 always starts its per-node agents
+    (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``: the raylet refuses to start without
+    them), so what can be left out is left out: the dashboard (``include_dashboard=True``
+    asks for it), the metrics those agents would collect and export, the task timeline, and
+    the driver's copy of every worker's log. The system config applies only to a Ray this call
+    starts: joining a running one (``address`` or ``$RAY_ADDRESS``) takes none.
+    """
+    options = {**OWN_RAY_OPTIONS, **given}
+    starts = address in (None, "local") and not os.environ.get("RAY_ADDRESS")
+    if starts:
+        options["_system_config"] = {**OWN_RAY_SYSTEM_CONFIG, **given.get("_system_config", {})}
+    return options
+
+
+OWN_RAY_OPTIONS: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+"""No dashboard (a process and a port per cluster, for a UI Troupe does not use); worker logs
+stay in the session's log files instead of being streamed to the driver."""
+OWN_RAY_SYSTEM_CONFIG: dict[str, Any] = {"enable_metrics_collection": False, "enable_timeline": False}
+"""No metrics collection or export (the agents' busiest work, for a Prometheus nobody reads)
+and no task timeline."""
 
 
 def head_node() -> str | None:

@@ -47,6 +47,7 @@ from actors.options import (
     head_node,
     host_actor,
     host_name,
+    own_ray_options,
     supervisor_actor,
 )
 from actors.ray_cluster import RAY_PICKLE, RayCluster
@@ -77,6 +78,14 @@ def absolute_store(url: str) -> str:
             "use store='sqlite:///troupe.db' (the default) or a PostgreSQL URL"
         )
     return url
+
+
+def _session_name() -> str | None:
+    """This Ray's session name (``session_<date>_<pid>``): every process of that Ray has it in its command line."""
+    try:
+        return str(ray.get_runtime_context().get_session_name())
+    except Exception:  # not a driver, or another Ray version: only a log field is lost
+        return None
 
 
 class Runtime(BaseRuntime):
@@ -181,9 +190,11 @@ class Runtime(BaseRuntime):
         """
         await self.store.list_sessions(limit=1)
         if not ray.is_initialized():
-            options = {"include_dashboard": False, "log_to_driver": False, **self.ray_options}
+            options = own_ray_options(self.address, self.ray_options)
             ray.init(address=self.address, namespace=self.namespace, **options)
             self._started_ray = True
+            # Where to find (and, after a killed driver, clean up) this Ray's processes: README.
+            log.info("ray_started", session=_session_name())
         worker = in_ray_worker()
         detached = self.address is not None or worker or self.owns is False
         owns_created = self.owns is not False and (not worker or self.owns is True)

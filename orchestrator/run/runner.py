@@ -419,10 +419,11 @@ class SessionRunner:
                 check_caller_event(event)
             if event.type.startswith("ai."):
                 raise UsageError(f"push() takes app events; {event.type!r} is a built-in event type")
+            check_payload(event.id, event.payload)  # as given: a clear word before the model's own
             payload: JsonObject = (
                 contract.validate(event.type, event.payload) if contract is not None else event.payload
             )
-            check_payload(event.id, payload)  # before anything is written, trusted or not
+            check_payload(event.id, payload)  # as the contract made it: before anything is written
             checked.append(Event(event.id, event.type, payload, event.at))
         applied = await self._append(checked)
         self._kick()

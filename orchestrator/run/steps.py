@@ -43,6 +43,7 @@ from orchestrator.run.compaction import (
 )
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.pacing import Clock, StreamPacer, Timer
+from orchestrator.run.wake import wake
 
 _log = structlog.get_logger("troupe.runner")
 T = TypeVar("T")
@@ -204,7 +205,7 @@ class Steps:
             signal = CancelSignal()
             task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, plan, signal, planned))
             self.current = work = StepWork(effect.step_id, task, signal)
-            task.add_done_callback(lambda _: host._kick())
+            task.add_done_callback(wake(host))
             return work
 
         return events, start, plan is None

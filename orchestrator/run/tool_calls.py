@@ -33,6 +33,7 @@ from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children, ChildRequest
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.toolport import ToolLike
+from orchestrator.run.wake import wake
 
 __all__ = ["ToolCalls", "ToolHost", "ToolWork", "call_policy", "recovery_policy"]
 
@@ -194,7 +195,7 @@ class ToolCalls:
         signal = CancelSignal()
         task = asyncio.ensure_future(self._guarded(record, make(signal)))
         self.running[record.id] = ToolWork(record.id, record.name, task, signal, child)
-        task.add_done_callback(lambda _: self.host._kick())
+        task.add_done_callback(wake(self.host))
 
     async def _guarded(self, record: ToolRecord, work: Awaitable[None]) -> None:
         try:

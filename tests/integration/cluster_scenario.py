@@ -44,6 +44,7 @@ from orchestrator.core.fold import fold_events
 from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
+from orchestrator.testing import eventually
 
 SESSIONS = 16
 NAMESPACE = "troupe"  # the default: `troupe serve` joins it
@@ -274,6 +275,12 @@ async def scenario(workdir: Path, store: str) -> dict[str, Any]:
         cluster.remove_node(worker)
         await gate.open.remote()
         second = await asyncio.to_thread(_driver, "driver-b", address, store)
+
+        async def saw_done() -> bool:  # the server's stream delivers the turn's end after driver B saw it
+            return any(_says_done(data) for _, data in lines)
+
+        with contextlib.suppress(TimeoutError):  # a miss is reported by the test's assertion, with the result
+            await eventually(saw_done, TIMEOUT, what="the server's event stream to show the turn's end")
         done_at = next((at for at, data in lines if _says_done(data)), None)
         return {
             **second,

@@ -110,15 +110,6 @@ def test_the_http_examples_work_with_curl(workdir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_mcp_demo_runs_as_the_readme_says(workdir: Path) -> None:
-    command = '.venv/bin/troupe run configs/mcp.yaml -p "What time is it in Tokyo?"'
-    assert command in README
-    done = troupe("run", str(REPO / "configs" / "mcp.yaml"), "-p", "What time is it in Tokyo?", cwd=workdir)
-    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    assert "time_get_current_time" in done.stdout and "Asia/Tokyo" in done.stdout
-    assert "That is the current time in Tokyo" in done.stdout
-
-
 def test_the_serve_run_command_serves_the_api(workdir: Path) -> None:
     """The README's ``serve run`` line, in a copy of the repo's configs, on a free port and a Ray of its own."""
     block = re.search(r"```bash\n(serve run .*?)\n```", README, re.S)
@@ -164,3 +155,13 @@ def test_the_serve_run_command_serves_the_api(workdir: Path) -> None:
             server.wait(timeout=30)
         log.close()
     assert (workdir / "troupe.db").exists()  # the config's store, resolved against the command's directory
+
+
+@pytest.mark.slow
+def test_the_mcp_demo_runs_as_the_readme_says(workdir: Path) -> None:
+    command = '.venv/bin/troupe run configs/mcp.yaml -p "What time is it in Tokyo?"'
+    assert command in README
+    done = troupe("run", str(REPO / "configs" / "mcp.yaml"), "-p", "What time is it in Tokyo?", cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "time_get_current_time" in done.stdout and "Asia/Tokyo" in done.stdout
+    assert "That is the current time in Tokyo" in done.stdout

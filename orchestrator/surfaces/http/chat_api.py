@@ -177,6 +177,8 @@ def chat_router(ctx: Context) -> APIRouter:
                         receipt = await session.send(plan.text, id=plan.input_id)
                     except PartialDuplicateBatch:
                         raise ApiError(409, duplicate_message(plan.input_id), plan.field) from None
+                    if receipt.reason == "PARTIAL_DUPLICATE_BATCH":  # an id used before: as /messages says it
+                        raise ApiError(409, duplicate_message(plan.input_id), plan.field)
                     if receipt.outcome == "rejected":
                         first = follower.reject(f"the message was rejected ({receipt.reason})")
                     else:

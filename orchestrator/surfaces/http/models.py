@@ -88,6 +88,16 @@ def _app_type(value: str) -> str:
 
 ClientId = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_not_reserved)]
 """An id a client chooses (an input, a command, an event)."""
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("contains a NUL character (U+0000), which no id may hold; remove it")
+    return value
+
+
+RefId = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_no_nul)]
+"""An id a client refers to (an input, a turn, an interaction: Troupe's own ids included)."""
 Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT), AfterValidator(_not_blank)]
 """A message's text."""
 Role = Literal["user", "assistant", "system"]
@@ -242,7 +252,7 @@ class StopRequest(_Body):
 
     cancel_queued: bool = Field(default=False, description="Also cancel every queued input.")
     command_id: ClientId | None = None
-    turn_id: str | None = Field(
+    turn_id: RefId | None = Field(
         default=None,
         min_length=1,
         description="The turn the client saw: `stale-turn` once it has ended, so a late click never stops "
@@ -267,7 +277,7 @@ class RetryRequest(_Body):
     """Resume from the last finished tool call (supersedes a running turn)."""
 
     command_id: ClientId | None = None
-    turn_id: str | None = Field(
+    turn_id: RefId | None = Field(
         default=None,
         min_length=1,
         description="The turn the client saw (active, or the last to end): `stale-turn` once another turn "
@@ -309,7 +319,7 @@ class SteerRequest(_Body):
 
     text: Text
     id: ClientId | None = None
-    turn_id: str | None = Field(
+    turn_id: RefId | None = Field(
         default=None,
         description="The turn the client saw (default: whatever turn is active); once it has ended, the text is "
         "sent like a message.",
@@ -319,7 +329,7 @@ class SteerRequest(_Body):
 class QueueRequest(_Body):
     """A queue operation on a pending input."""
 
-    input_id: str = Field(min_length=1)
+    input_id: RefId
     command_id: ClientId | None = None
 
 
@@ -335,13 +345,13 @@ class EditRequest(QueueRequest):
 class MoveRequest(QueueRequest):
     """Move a pending input before another (`beforeId` null: to the end)."""
 
-    before_id: str | None = None
+    before_id: RefId | None = None
 
 
 class SendNowRequest(QueueRequest):
     """Hand a queued input off to the turn the client saw (default: whatever turn is active)."""
 
-    turn_id: str | None = Field(
+    turn_id: RefId | None = Field(
         default=None, description="The turn the client saw: `stale-turn` (the queue unchanged) once it has ended."
     )
 
@@ -357,7 +367,7 @@ class RespondRequest(_Body):
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"interactionId": "call-1:approval", "approved": True}]})
 
-    interaction_id: str = Field(min_length=1)
+    interaction_id: RefId
     approved: bool
     reason: str | None = Field(default=None, max_length=10_000)
 

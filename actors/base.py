@@ -83,7 +83,9 @@ class BaseRuntime:
             return subscription
         name = self.transport.host_now(session.id)
         if name is None:
-            self._later.add(asyncio.ensure_future(self._subscribe_later(session, subscription)))
+            placing = subscription.placing = asyncio.ensure_future(self._subscribe_later(session, subscription))
+            self._later.add(placing)
+            placing.add_done_callback(self._later.discard)
         else:
             self._poller(name).add(subscription)
         return subscription

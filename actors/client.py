@@ -368,13 +368,23 @@ class Subscription:
         self.queue: asyncio.Queue[list[Mutation] | None] = asyncio.Queue()
         self.registered = asyncio.Event()
         self.cursor = -1
+        self.placing: asyncio.Future[None] | None = None
+        """Finding the session's host first (dedicated placement may wait for an actor); ``None``: known."""
         self._release = release
 
     async def ready(self, timeout: float = 30.0) -> int:
         """Wait until the host has registered this subscription; returns the index it starts after.
 
-        Read the snapshot after this: everything after the returned index is delivered.
+        Read the snapshot after this: everything after the returned index is delivered. In
+        dedicated placement the session may first wait for an actor: ``timeout`` starts once it
+        has one (the wait has its own limit, ``dedicated_wait``, and its own error).
+
+        Raises:
+            DedicatedFull: no dedicated actor came free for the session.
+            TimeoutError: the host did not register the subscription within ``timeout``.
         """
+        if self.placing is not None:
+            await self.placing
         await asyncio.wait_for(self.registered.wait(), timeout)
         return self.cursor
 

@@ -323,6 +323,20 @@ class SessionHost:
                 count += await self.deactivate(session_id)
         return count
 
+    async def yield_idle(self) -> int:
+        """Dedicated placement, sessions waiting for an actor: deactivate the idle sessions nobody follows.
+
+        Each one leaves memory (its state stays in the store) and releases this host to the
+        supervisor, which hands it to the first session waiting. A followed session stays: its
+        subscribers poll this host.
+        """
+        count = 0
+        for session_id in list(self.hosted):
+            hosted = self.hosted.get(session_id)
+            if hosted is not None and self._idle(hosted) and not self.hub.interested(session_id):
+                count += await self.deactivate(session_id)
+        return count
+
     # -- the directory this host keeps in the store (for its own restart): actors.directory ----------
 
     async def recover(self) -> list[str]:

@@ -2,8 +2,8 @@
 
 In ``pooled`` placement a session's host is chosen by rendezvous hashing over the runtime's host
 names (stable across processes, and a host that restarts keeps its name, so nothing moves). In
-``dedicated`` placement the supervisor assigns each session a host of its own from a warm pool,
-and the router caches what it said.
+``dedicated`` placement the supervisor assigns each session a host of its own from a bounded pool
+(``actors.dedicated``; the call waits while the pool is full), and the router caches what it said.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import ray
 
-from actors.errors import SessionMoved
+from actors.errors import DedicatedFull, SessionMoved
 from actors.options import SUPERVISOR_NAME
 from actors.retry import HOST_READY, RetriesExhausted, Schedule, retry
 from orchestrator.core.ids import root_session_id
@@ -81,12 +81,22 @@ class Router:
             return rendezvous(key, self.hosts)
         return None
 
-    async def place(self, session_id: str) -> str:
-        """The host of ``session_id`` (dedicated placement asks the supervisor once)."""
-        known = self.place_now(session_id)
+    async def place(self, session_id: str, stale: str | None = None) -> str:
+        """The host of ``session_id`` (dedicated placement asks the supervisor once).
+
+        ``stale``: a host that said it does not have the session (dedicated placement): the
+        supervisor assigns it afresh rather than naming that host again.
+
+        Raises:
+            DedicatedFull: dedicated placement, and no actor came free within the wait limit.
+        """
+        known = self.place_now(session_id) if stale is None else None
         if known is not None:
             return known
-        name: str = await self.supervisor.assign.remote(session_id)
+        try:
+            name: str = await self.supervisor.assign.remote(session_id, stale)
+        except DedicatedFull as error:  # Ray's wrapper carries the supervisor's traceback: the message is enough
+            raise DedicatedFull(error.message) from None
         self._placed[session_id] = name
         return name
 
@@ -112,15 +122,19 @@ class Router:
             RetriesExhausted: the schedule's attempts all failed.
         """
         target = ""
+        stale: str | None = None
 
         async def attempt() -> T:
-            nonlocal target
-            target = await self.place(session_id)
+            nonlocal target, stale
+            target = await self.place(session_id, stale)
+            stale = None
             return await call(target)
 
         async def recover(error: Exception) -> bool:
+            nonlocal stale
             self.forget(session_id)
             if isinstance(error, SessionMoved):
+                stale = target  # the supervisor must not name it again
                 return False
             await self.wait_ready(target)
             return True

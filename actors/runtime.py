@@ -38,8 +38,10 @@ import structlog
 
 from actors.base import BaseRuntime
 from actors.client import Session
+from actors.dedicated import DedicatedLimits, default_max_actors
 from actors.host import HostOptions, SessionHost
 from actors.options import (
+    ACTOR_ERRORS,
     DEFAULT_NAMESPACE,
     SUPERVISOR_NAME,
     head_node,
@@ -50,7 +52,7 @@ from actors.options import (
 )
 from actors.ray_cluster import RAY_PICKLE, RayCluster
 from actors.ray_transport import RayTransport
-from actors.registry import agent_blob
+from actors.registry import AgentRegistry, agent_blob
 from actors.router import Router
 from actors.store_feed import FOLLOW_MODES
 from actors.supervisor import Supervisor
@@ -105,6 +107,8 @@ class Runtime(BaseRuntime):
         nested_delay: float = 0.01,
         children: Literal["spread", "local"] = "local",
         warm: int = 2,
+        max_dedicated: int | None = None,
+        dedicated_wait: float = 120.0,
         sqlite_writer: Literal["thread", "inline"] = "inline",
         follow: Literal["hosts", "store"] = "hosts",
         ray_options: dict[str, Any] | None = None,
@@ -127,6 +131,14 @@ class Runtime(BaseRuntime):
             raise UsageError(f"children must be 'local' or 'spread', not {children!r}")
         self.children = children
         self.warm = warm
+        if max_dedicated is not None and max_dedicated < 1:
+            raise UsageError(
+                f"max_dedicated must be at least 1 (or None: from the cluster's CPUs), not {max_dedicated}"
+            )
+        if dedicated_wait <= 0:
+            raise UsageError(f"dedicated_wait must be a positive number of seconds, not {dedicated_wait}")
+        self.max_dedicated = max_dedicated
+        self.dedicated_wait = dedicated_wait
         if sqlite_writer not in ("thread", "inline"):
             raise UsageError(f"sqlite_writer must be 'thread' or 'inline', not {sqlite_writer!r}")
         self.sqlite_writer = sqlite_writer
@@ -148,6 +160,7 @@ class Runtime(BaseRuntime):
         self._options: HostOptions | None = None
         self._blobs: dict[str, bytes] = {}
         self.transport: RayTransport = RayTransport(self.router, None)
+        self._registry = AgentRegistry(self.store, RAY_PICKLE)
 
     def _agent_key(self, agent: Agent) -> str:
         key, data = agent_blob(agent, RAY_PICKLE)  # pickled once per agent object, checked at once
@@ -155,6 +168,10 @@ class Runtime(BaseRuntime):
         return key
 
     async def _register_agent(self, key: str, agent: Agent) -> None:
+        if self.placement == "dedicated":
+            # Into the store from here: a host would have to take a dedicated actor for it.
+            await self._registry.register(key, self._blobs[key])
+            return
         await self.transport.register_agent(key, self._blobs[key])
 
     async def __aenter__(self) -> Runtime:
@@ -244,7 +261,9 @@ class Runtime(BaseRuntime):
                 node_id=head_node(),
                 get_if_exists=get_if_exists,
             )
-            return actor.remote(self.namespace, self.host_names, self.placement, self._options, self.warm)
+            return actor.remote(
+                self.namespace, self.host_names, self.placement, self._options, self.warm, self.dedicated_limits()
+            )
 
         self.supervisor, created = _create_or_get(supervisor, SUPERVISOR_NAME, self.namespace)
         if created and owns_created:
@@ -295,6 +314,19 @@ class Runtime(BaseRuntime):
             ray.shutdown()
             self._started_ray = False
 
+    def dedicated_limits(self) -> DedicatedLimits:
+        """The dedicated pool's limits: ``max_dedicated`` or a default from the cluster's CPUs and memory."""
+        resources: dict[str, float] = cast(Any, ray).cluster_resources()
+        cpus = resources.get("CPU", 1.0)
+        actors = self.max_dedicated or default_max_actors(cpus, resources.get("memory", 0.0))
+        return DedicatedLimits(
+            actors=actors,
+            wait=self.dedicated_wait,
+            starts=max(1, int(cpus)),
+            warm=min(self.warm, actors),
+            keep=actors,  # a start costs ~1 CPU-second; an idle warm actor ~0.6 % of a core
+        )
+
     def worker_options(self) -> dict[str, Any]:
         """What a runtime in a Ray worker needs to reach this one's hosts and sessions.
 
@@ -316,18 +348,26 @@ class Runtime(BaseRuntime):
             "nested_delay": self.nested_delay,
             "sqlite_writer": self.sqlite_writer,
             "warm": self.warm,
+            "max_dedicated": self.max_dedicated,
+            "dedicated_wait": self.dedicated_wait,
         }
 
     # -- operations --------------------------------------------------------------------------------
 
     async def hosts(self) -> list[Any]:
-        """The handles of every pooled host (for inspection and tests)."""
-        return [self.router.host(n) for n in self.host_names]
+        """The handles of every host: the pooled ones, or the dedicated ones live now (inspection, tests)."""
+        names = self.host_names
+        if self.placement == "dedicated" and self.supervisor is not None:
+            names = (await self.supervisor.info.remote())["hosts"]
+        return [self.router.host(n) for n in names]
 
     async def deactivate_idle(self) -> int:
         """Deactivate every session with nothing to do (memory checks, tests)."""
-        counts = await asyncio.gather(*(h.deactivate_idle.remote() for h in await self.hosts()))
-        return sum(counts)
+        counts = await asyncio.gather(*(h.deactivate_idle.remote() for h in await self.hosts()), return_exceptions=True)
+        for count in counts:  # a dedicated host may be stopped meanwhile (released to a full pool)
+            if isinstance(count, BaseException) and not isinstance(count, ACTOR_ERRORS):
+                raise count
+        return sum(c for c in counts if isinstance(c, int))
 
     @classmethod
     def sync(cls, store: str = "sqlite:///troupe.db", **options: Any) -> SyncRuntime:

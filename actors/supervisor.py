@@ -6,7 +6,8 @@ it then waits for Ray to restart the host (same name, possibly another node) and
 ``recover``: the host re-activates its sessions, and each session recovers its own unfinished
 work from its log. ``pause`` / ``resume`` reach one session or a whole tree (a session and its
 running descendants, whose ids are ``<parent>/<call id>``). In ``dedicated`` placement it also
-assigns each session a host of its own from a warm pool.
+assigns each session a host of its own, from a pool bounded by the machine's capacity that
+sessions wait for (``actors.dedicated``).
 
 If the supervisor itself dies, Ray restarts it; ``__init__`` re-reads the layout it was given,
 and ``rebuild`` asks every host which sessions it has (the hosts keep that list in the store).
@@ -24,6 +25,7 @@ from typing import Any, cast
 import ray
 import structlog
 
+from actors.dedicated import Actors, DedicatedLimits, DedicatedPool
 from actors.host import SessionHost
 from actors.logs import default_logging
 from actors.options import ACTOR_ERRORS, host_actor
@@ -34,6 +36,10 @@ __all__ = ["Supervisor"]
 
 log = structlog.get_logger()
 _ACTOR_ERRORS = ACTOR_ERRORS
+HOST_START_LIMIT = 120.0
+"""Seconds a dedicated host may take to start and answer (minutes of margin over the ~1 s it takes)."""
+CALL_LIMIT = 10.0
+"""Seconds the supervisor waits on a host's answer to a short call (adopt, yield, shutdown)."""
 
 
 def _live_nodes() -> list[str]:
@@ -56,7 +62,15 @@ def _first_node(name: str) -> str | None:
 class Supervisor:
     """The directory, host watching and recovery, tree pause/resume (see the module docstring)."""
 
-    def __init__(self, namespace: str, hosts: Sequence[str], placement: str, host_options: Any, warm: int = 2) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        hosts: Sequence[str],
+        placement: str,
+        host_options: Any,
+        warm: int = 2,
+        limits: DedicatedLimits | None = None,
+    ) -> None:
         default_logging()  # a process of its own: stderr, warnings, unless configured (actors.logs)
         self.namespace = namespace
         self.hosts = list(hosts)
@@ -69,9 +83,10 @@ class Supervisor:
         self._versions: dict[str, tuple[float, int]] = {}
         self.recoveries: list[dict[str, Any]] = []
         self._watching: dict[str, asyncio.Task[None]] = {}
-        self._pool: list[str] = []
-        self._assigned: dict[str, str] = {}
-        self._filling: asyncio.Task[None] | None = None
+        self.pool = DedicatedPool(
+            limits or DedicatedLimits(actors=8, warm=warm, keep=2 * warm),
+            Actors(start=self._start_host, stop=self._stop_host, adopt=self._adopt, reclaim=self._reclaim),
+        )
         self.started = time.time()
         self._starting: asyncio.Task[dict[str, Any]] | None = None
         self._nodes: dict[str, str | None] = {}
@@ -88,7 +103,7 @@ class Supervisor:
             self._watch(name)
         await self.rebuild()
         if self.placement == "dedicated":
-            await self._fill_pool()
+            await self.pool.fill()
         return {"hosts": len(self.hosts), "sessions": len(self.directory)}
 
     def _watch(self, name: str) -> None:
@@ -112,6 +127,9 @@ class Supervisor:
                 self.router.drop(name)
                 try:
                     await self._revive(name)
+                    # A restarted dedicated host has forgotten what it was given: give it again.
+                    for session_id in self.pool.sessions_on(name):
+                        await self._adopt(name, session_id)
                     recovered = await self.router.host(name).recover.remote()
                 except Exception as failure:  # keep watching: the next restart gets another try
                     log.error("host_recovery_failed", host=name, error=str(failure))
@@ -186,7 +204,7 @@ class Supervisor:
 
     async def rebuild(self) -> int:
         """Rebuild the directory from what every host says it has active."""
-        for name in self.hosts + list(self._assigned.values()):
+        for name in self.hosts:
             with contextlib.suppress(*_ACTOR_ERRORS, ValueError, TimeoutError):
                 entries = await asyncio.wait_for(self.router.host(name).sessions.remote(), 5.0)
                 self._replace(name, entries)
@@ -228,64 +246,72 @@ class Supervisor:
             "placement": self.placement,
             "sessions": len(self.directory),
             "recoveries": list(self.recoveries),
-            "pool": len(self._pool),
+            "pool": len(self.pool.free),
+            "dedicated": self.pool.stats() if self.placement == "dedicated" else None,
             "started": self.started,  # a restart re-runs __init__: a new time
         }
 
     # -- dedicated placement ----------------------------------------------------------------------------
 
-    async def assign(self, session_id: str) -> str:
-        """The host of ``session_id``; in dedicated placement, one of its own from the warm pool."""
+    async def assign(self, session_id: str, stale: str | None = None) -> str:
+        """The host of ``session_id``; in dedicated placement, one of its own (``DedicatedPool.assign``).
+
+        ``stale``: the host the caller was sent to, which said it does not have the session.
+
+        Raises:
+            DedicatedFull: no dedicated actor came free within the wait limit.
+        """
         if self.placement != "dedicated":
             placed = self.router.place_now(session_id)
             assert placed is not None
             return placed
-        name = self._assigned.get(session_id)
-        if name is not None:
-            return name
-        if not self._pool:
-            await self._start_host()
-        name = self._pool.pop(0)
-        self._assigned[session_id] = name
-        await self.router.host(name).adopt.remote(session_id)
-        self._schedule_fill()
-        return name
+        return await self.pool.assign(session_id, stale)
 
     async def release(self, host: str, session_id: str) -> None:
-        """A dedicated host's session deactivated: the host goes back to the pool (or away)."""
-        if self._assigned.get(session_id) == host:
-            del self._assigned[session_id]
-        if host in self._assigned.values() or host in self._pool:
-            return
-        if len(self._pool) < 2 * self.warm:
-            self._pool.append(host)
-            return
-        with contextlib.suppress(Exception):
-            handle = self.router.host(host)
-            await handle.shutdown.remote()
-            ray.kill(handle, no_restart=True)
-        self.hosts.remove(host)
-        task = self._watching.pop(host, None)
-        if task is not None:
-            task.cancel()
+        """A dedicated host's session deactivated: the host goes to the next waiter, the pool, or away."""
+        self.pool.release(host, session_id)
 
-    def _schedule_fill(self) -> None:
-        if self._filling is None or self._filling.done():
-            self._filling = asyncio.ensure_future(self._fill_pool())
+    async def _adopt(self, name: str, session_id: str) -> None:
+        await asyncio.wait_for(self.router.host(name).adopt.remote(session_id), CALL_LIMIT)
 
-    async def _fill_pool(self) -> None:
-        while len(self._pool) < self.warm:
-            await self._start_host()
+    async def _reclaim(self, names: list[str]) -> None:
+        """Ask these hosts to deactivate their idle sessions that nobody follows (each releases its host)."""
 
-    async def _start_host(self) -> None:
+        async def one(name: str) -> None:
+            with contextlib.suppress(*_ACTOR_ERRORS, ValueError, TimeoutError):
+                await asyncio.wait_for(self.router.host(name).yield_idle.remote(), CALL_LIMIT)
+
+        await asyncio.gather(*(one(name) for name in names))
+
+    async def _start_host(self) -> str:
         name = f"troupe-dedicated-{uuid.uuid4().hex[:12]}"
         actor = host_actor(SessionHost, name=name, namespace=self.namespace, node_id=None, detached=False)
         handle = actor.remote(name, self.host_options, RayCluster)
-        await handle.ready.remote()  # a warm host has imported everything before it is needed
+        try:
+            # A warm host has imported everything before it is needed.
+            await asyncio.wait_for(handle.ready.remote(), HOST_START_LIMIT)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+            raise
         self.router.keep(name, handle)
-        self._pool.append(name)
         self.hosts.append(name)
         self._watch(name)
+        return name
+
+    async def _stop_host(self, name: str) -> None:
+        """Stop a dedicated host for good: not watched, not listed, its handle forgotten."""
+        task = self._watching.pop(name, None)
+        if task is not None:
+            task.cancel()
+        if name in self.hosts:
+            self.hosts.remove(name)
+        with contextlib.suppress(Exception):
+            handle = self.router.host(name)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(handle.shutdown.remote(), CALL_LIMIT)
+            ray.kill(handle, no_restart=True)
+        self.router.drop(name)
 
     # -- pause and resume -------------------------------------------------------------------------------
 
@@ -305,3 +331,4 @@ class Supervisor:
         """Stop watching (the runtime that created the hosts is exiting)."""
         for task in self._watching.values():
             task.cancel()
+        await self.pool.close()

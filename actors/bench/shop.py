@@ -148,6 +148,12 @@ class ShopRun:
     memory_per_session_kb: float
     store_bytes_per_session: float
     cpu_s: float
+    actors_peak: int = 0
+    """Dedicated placement: the most actors live at once (since the runtime started)."""
+    sessions_waited: int = 0
+    """Dedicated placement: sessions and sub-agents of this run that waited for an actor."""
+    wait_s_max: float = 0.0
+    """Dedicated placement: the longest wait for an actor (since the runtime started)."""
 
 
 @dataclass
@@ -276,6 +282,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     sessions = [rt.session(f"bench-{run}-{i}", agent=agent) for i in range(n)]
     ttfts: list[float] = []
     before_bytes = await _store_bytes(rt.store)
+    waited0: int = ((await rt.supervisor.info.remote())["dedicated"] or {}).get("waited", 0)
     cpu0 = MemorySampler.cpu()
     with MemorySampler() as memory:
         start = time.perf_counter()
@@ -284,6 +291,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     cpu = MemorySampler.cpu() - cpu0
     await rt.deactivate_idle()
     stored = await _store_bytes(rt.store) - before_bytes
+    pool: dict[str, Any] = (await rt.supervisor.info.remote())["dedicated"] or {}
     return ShopRun(
         sessions=n,
         wall_s=round(wall, 3),
@@ -296,6 +304,9 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
         memory_per_session_kb=round(max(memory.peak - baseline, 0) / n / 1024, 1),
         store_bytes_per_session=round(stored / n, 1),
         cpu_s=round(cpu, 2),
+        actors_peak=pool.get("peak", 0),
+        sessions_waited=pool.get("waited", 0) - waited0,
+        wait_s_max=pool.get("wait_s_max", 0.0),
     )
 
 
@@ -329,11 +340,13 @@ async def bench_shop(
     hosts_per_node: int | None = None,
     children: str = "local",
     store: str | None = None,
+    max_dedicated: int | None = None,
     progress: Any = None,
 ) -> list[ShopFigures]:
     """Run the workload at every N, ``repeats`` times each, on a fresh local Ray and a fresh store.
 
-    ``store``: the URL of an empty store (default: a SQLite file in ``workdir``).
+    ``store``: the URL of an empty store (default: a SQLite file in ``workdir``). ``max_dedicated``:
+    the dedicated pool's limit (``None``: the runtime's default for this machine).
     """
     own = workdir is None
     base = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-"))
@@ -347,6 +360,7 @@ async def bench_shop(
             placement=placement,  # type: ignore[arg-type]
             hosts_per_node=hosts_per_node,
             children=children,  # type: ignore[arg-type]
+            max_dedicated=max_dedicated,
             namespace="troupe-bench",
             ray_options={"_temp_dir": str(base / "ray"), "num_cpus": os.cpu_count() or 2},
         ) as rt:

@@ -50,6 +50,17 @@ def test_troupe_bench_shop_verifies_every_session(workdir: Path) -> None:
 
 
 @pytest.mark.slow
+def test_troupe_bench_shop_dedicated_waits_for_a_bounded_pool(workdir: Path) -> None:
+    out = workdir / "shop.json"
+    args = ("--placement", "dedicated", "--max-dedicated", "3", "--sizes", "6", "--repeats", "1", "--json", str(out))
+    done = troupe("bench", "shop", *args, cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    figures = json.loads(out.read_text())["6"]
+    assert figures["actors_peak"] <= 3, figures  # 6 sessions and 6 sub-agent runs, never more than 3 actors
+    assert figures["sessions_waited"] > 0 and "actors peak" in done.stdout, figures
+
+
+@pytest.mark.slow
 def test_troupe_bench_actors(workdir: Path) -> None:
     out = workdir / "actors.json"
     args = ("--parts", "5000", "--trials", "2", "--recoveries", "1", "--json", str(out))

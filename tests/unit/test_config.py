@@ -256,10 +256,12 @@ def test_runtime_section_beside_agents_and_every_field(tmp_path: Path) -> None:
           api_keys: [a, " b "]
           idle_timeout: ${IDLE}
           hosts_per_node: ${HOSTS:-}
+          max_dedicated: 12
+          dedicated_wait: 30
         """,
         env={"IDLE": "2.5"},
     )
-    assert config.runtime == RuntimeConfig("memory://", "dedicated", "auto", ("a", "b"), 2.5, None)
+    assert config.runtime == RuntimeConfig("memory://", "dedicated", "auto", ("a", "b"), 2.5, None, 12, 30)
 
 
 def test_orchestrator_config_does_not_import_tools_or_ray() -> None:
@@ -666,6 +668,8 @@ def test_runtime_errors(tmp_path: Path) -> None:
     assert "store 'troupe.db' is not a URL" in runtime_error("store: troupe.db")
     assert "idle_timeout must be a positive number" in runtime_error("idle_timeout: 0")
     assert "hosts_per_node must be a whole number" in runtime_error("hosts_per_node: 1.5")
+    assert "max_dedicated must be a whole number" in runtime_error("max_dedicated: 0")
+    assert "dedicated_wait must be a positive number" in runtime_error("dedicated_wait: -1")
     assert "api_keys must be a list or comma-separated text" in runtime_error("api_keys: {a: b}")
     (tmp_path / "agents.yaml").write_text(MINIMAL, encoding="utf-8")
     with pytest.raises(ConfigError, match="no runtime: section"):

@@ -102,6 +102,10 @@ def bench_shop_command(
         Path | None, typer.Option(help="Keep Ray's files here (default: a scratch dir, removed).")
     ] = None,
     store: StoresOption = None,
+    max_dedicated: Annotated[
+        int | None,
+        typer.Option(min=1, help="Dedicated placement: actors at most (default: 4 per CPU, within 1/4 of memory)."),
+    ] = None,
 ) -> None:
     """The shop workload end to end on Ray: N sessions x 3 turns with a sub-agent, verified live.
 
@@ -123,13 +127,20 @@ def bench_shop_command(
             console.print(
                 f"{kind:<8} N={run.sessions:<5} run {done[key]}/{repeats}: {run.wall_s:.2f} s, "
                 f"{run.sessions_per_s:.1f} sessions/s, {run.text_chunks_per_s:,.0f} chunks/s, "
-                f"TTFT p50 {run.ttft_ms_p50:.1f} ms",
+                f"TTFT p50 {run.ttft_ms_p50:.1f} ms"
+                + (
+                    f"; actors peak {run.actors_peak}, {run.sessions_waited} waited (max {run.wait_s_max:.1f} s)"
+                    if run.actors_peak
+                    else ""
+                ),
                 highlight=False,
             )
 
         return report
 
     plan = f"sizes {', '.join(map(str, counts))}, {repeats} run(s) each, {placement}"
+    if placement == "dedicated":
+        plan += f" (max_dedicated {max_dedicated or 'by default'})"
     console.print(f"bench shop: {plan}, store {' vs '.join(kinds)}")
     figures: dict[str, dict[int, ShopFigures]] = {kind: {n: ShopFigures(n) for n in counts} for kind in kinds}
     labels: dict[str, str] = {}
@@ -147,6 +158,7 @@ def bench_shop_command(
                             placement=placement,
                             workdir=None if workdir is None else str(workdir.resolve()),
                             store=url,
+                            max_dedicated=max_dedicated,
                             progress=progress(kind),
                         )
                     )

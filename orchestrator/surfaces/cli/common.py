@@ -251,6 +251,8 @@ async def started_runtime(
             placement=settings.placement,
             hosts_per_node=settings.hosts_per_node,
             idle_timeout=settings.idle_timeout,
+            max_dedicated=settings.max_dedicated,
+            dedicated_wait=settings.dedicated_wait,
             follow=follow,
             ray_options=options,
         )

@@ -34,6 +34,10 @@ class RuntimeConfig:
     """Seconds an idle session's actor stays loaded."""
     hosts_per_node: int | None = None
     """Host actors per node when pooled; ``None``: one per CPU."""
+    max_dedicated: int | None = None
+    """Dedicated actors at most (``dedicated``); ``None``: from the cluster's CPUs and memory."""
+    dedicated_wait: float = 120.0
+    """Seconds a session waits for a dedicated actor before a clear error (``dedicated``)."""
 
 
 def load_runtime(path: str | Path, *, env: Mapping[str, str] | None = None) -> RuntimeConfig:
@@ -53,7 +57,16 @@ def parse_runtime(text: str, *, source: str = "<config>", env: Mapping[str, str]
     return build_runtime(doc, doc.interpolate(doc.data["runtime"], "runtime"))
 
 
-_RUNTIME_KEYS: Final = ("store", "placement", "address", "api_keys", "idle_timeout", "hosts_per_node")
+_RUNTIME_KEYS: Final = (
+    "store",
+    "placement",
+    "address",
+    "api_keys",
+    "idle_timeout",
+    "hosts_per_node",
+    "max_dedicated",
+    "dedicated_wait",
+)
 
 
 def build_runtime(doc: Document, value: Any) -> RuntimeConfig:
@@ -78,6 +91,10 @@ def build_runtime(doc: Document, value: Any) -> RuntimeConfig:
         options["idle_timeout"] = doc.number(body["idle_timeout"], "runtime.idle_timeout", "idle_timeout")
     if not doc.unset(hosts := body.get("hosts_per_node"), "runtime.hosts_per_node"):
         options["hosts_per_node"] = doc.integer(hosts, "runtime.hosts_per_node", "hosts_per_node")
+    if not doc.unset(most := body.get("max_dedicated"), "runtime.max_dedicated"):
+        options["max_dedicated"] = doc.integer(most, "runtime.max_dedicated", "max_dedicated")
+    if body.get("dedicated_wait") is not None:
+        options["dedicated_wait"] = doc.number(body["dedicated_wait"], "runtime.dedicated_wait", "dedicated_wait")
     return RuntimeConfig(**options)
 
 

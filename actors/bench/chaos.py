@@ -39,6 +39,7 @@ from typing import Any
 
 import ray
 
+from actors.bench.local_ray import start_local_ray
 from actors.runtime import Runtime
 from orchestrator.core.fold import fold_events
 from orchestrator.models.scripted import ScriptedModel
@@ -319,14 +320,7 @@ async def bench_chaos(
     """
     scratch = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-chaos-"))
     os.makedirs(scratch, exist_ok=True)
-    started = not ray.is_initialized()
-    if started:
-        ray.init(
-            include_dashboard=False,
-            log_to_driver=False,
-            _temp_dir=tempfile.mkdtemp(prefix="troupe-ray-"),
-            namespace="troupe-chaos",
-        )
+    started = start_local_ray("troupe-chaos")
     figures = ChaosFigures(sessions, turns)
     rt = Runtime(store=f"sqlite:///{scratch}/chaos.db", namespace=f"chaos-{uuid.uuid4().hex[:6]}", hosts_per_node=hosts)
     await rt.start()

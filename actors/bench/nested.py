@@ -29,6 +29,7 @@ from typing import Any
 
 import ray
 
+from actors.bench.local_ray import start_local_ray
 from actors.router import rendezvous
 from actors.runtime import Runtime
 from orchestrator.core import event_types as ai
@@ -190,14 +191,7 @@ async def bench_actors(
 ) -> dict[str, Any]:
     """Run the three measurements (see the module docstring) and return their figures."""
     scratch = workdir or tempfile.mkdtemp(prefix="troupe-bench-actors-")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(
-            include_dashboard=False,
-            log_to_driver=False,
-            _temp_dir=tempfile.mkdtemp(prefix="troupe-ray-"),
-            namespace="troupe-bench",
-        )
+    started = start_local_ray("troupe-bench")
     try:
         store = f"sqlite:///{scratch}/actors.db"
         # Sub-agents spread over the hosts: the child runs in another actor than its parent.

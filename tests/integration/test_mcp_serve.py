@@ -1,4 +1,9 @@
-"""``troupe mcp configs/shop.yaml`` driven by the MCP SDK's own client over stdio, as an IDE would (on Ray)."""
+"""``troupe mcp CONFIG`` driven by the MCP SDK's own client over stdio, as an IDE would (on Ray).
+
+It serves ``configs/bench-shop.yaml``: the shop agents whose every turn delegates to the researcher
+(the demo in ``configs/shop.yaml`` delegates only from its second turn, and each MCP call is a new
+session), so the nested researcher's streamed text must show in the progress notifications.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ def workdir() -> Iterator[Path]:
 async def test_the_shop_agents_as_mcp_tools_over_stdio(workdir: Path) -> None:
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "orchestrator.surfaces.cli.main", "mcp", str(REPO / "configs" / "shop.yaml")],
+        args=["-m", "orchestrator.surfaces.cli.main", "mcp", str(REPO / "configs" / "bench-shop.yaml")],
         env=cli_env(),
         cwd=str(workdir),
     )

@@ -196,9 +196,10 @@ class _Chaos:
             if self.stopping.is_set():
                 return False
             self.progress.clear()
-            waiting = asyncio.ensure_future(self.stopping.wait())
-            await asyncio.wait({waiting, asyncio.ensure_future(self.progress.wait())}, return_when="FIRST_COMPLETED")
-            waiting.cancel()
+            waits = {asyncio.ensure_future(self.stopping.wait()), asyncio.ensure_future(self.progress.wait())}
+            await asyncio.wait(waits, return_when="FIRST_COMPLETED")
+            for wait in waits:  # the one that lost is cancelled, not left pending
+                wait.cancel()
         return not self.stopping.is_set()
 
     async def run(self) -> None:

@@ -33,6 +33,8 @@ async def ready(page: Page) -> None:
     """The chat has loaded its session (snapshot applied)."""
     await expect(page.locator("#app")).to_be_visible(timeout=WAIT)
     await expect(page.locator("#connection")).to_have_text("live", timeout=WAIT)
+    # "live" is the stream; the snapshot is drawn on a later frame, which stamps the body's index.
+    await expect(page.locator("body[data-index]")).to_have_count(1, timeout=WAIT)
 
 
 async def send(page: Page, text: str) -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -148,6 +149,12 @@ class ShopRun:
     memory_per_session_kb: float
     store_bytes_per_session: float
     cpu_s: float
+    """CPU seconds of every process (Ray's and the driver), less the memory sampler's own."""
+    cpu_us_per_chunk: float = 0.0
+    """``cpu_s`` per text chunk delivered, in µs."""
+    consumer_us_per_chunk: float = 0.0
+    """The driver's share per chunk, in µs: the consumer (live views merging mutations, the checks)
+    and the sessions' client calls."""
     actors_peak: int = 0
     """Dedicated placement: the most actors live at once (since the runtime started)."""
     sessions_waited: int = 0
@@ -184,20 +191,32 @@ class ShopFigures:
 
 
 class MemorySampler:
-    """Samples the RSS of this process and every descendant (Ray's processes included)."""
+    """Samples the RSS of this process and every descendant (Ray's processes included).
 
-    def __init__(self, interval: float = 0.1) -> None:
+    It must not tax what it measures: one sample every ``interval`` reads each known process's RSS
+    once, and the process tree (a walk of all of ``/proc``) is looked up again only every
+    ``rescan`` samples. The sampler's own CPU is kept (``cpu_s``) so a report can leave it out.
+    """
+
+    def __init__(self, interval: float = 0.2, rescan: int = 5) -> None:
         self.interval = interval
+        self.rescan = rescan
         self.peak = 0
+        self.cpu_s = 0.0
+        """CPU seconds the sampling thread spent."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
-    def _summed(read: Callable[[psutil.Process], float]) -> float:
-        """``read`` summed over this process and every descendant (one that just ended counts 0)."""
+    def _tree() -> list[psutil.Process]:
         me = psutil.Process()
+        return [me, *me.children(recursive=True)]
+
+    @staticmethod
+    def _summed(read: Callable[[psutil.Process], float], procs: Sequence[psutil.Process] | None = None) -> float:
+        """``read`` summed over ``procs`` (default: this process and every descendant; one that ended counts 0)."""
         total = 0.0
-        for proc in [me, *me.children(recursive=True)]:
+        for proc in MemorySampler._tree() if procs is None else procs:
             try:
                 total += read(proc)
             except psutil.Error:
@@ -214,10 +233,23 @@ class MemorySampler:
         """CPU seconds (user + system) of this process and every descendant."""
         return MemorySampler._summed(lambda proc: sum(proc.cpu_times()[:2]))  # user + system
 
+    @staticmethod
+    def own_cpu() -> float:
+        """CPU seconds (user + system) of this process alone (the driver: client calls and the consumer)."""
+        return float(sum(psutil.Process().cpu_times()[:2]))
+
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.total())
+        start = time.thread_time()
+        procs: list[psutil.Process] = []
+        for sample in itertools.count():
+            if self._stop.is_set():
+                break
+            if sample % self.rescan == 0:
+                procs = self._tree()
+            self.peak = max(self.peak, int(self._summed(lambda proc: proc.memory_info().rss, procs)))
+            self.cpu_s = time.thread_time() - start
             self._stop.wait(self.interval)
+        self.cpu_s = time.thread_time() - start
 
     def __enter__(self) -> MemorySampler:
         self._thread.start()
@@ -283,12 +315,14 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     ttfts: list[float] = []
     before_bytes = await _store_bytes(rt.store)
     waited0: int = ((await rt.supervisor.info.remote())["dedicated"] or {}).get("waited", 0)
-    cpu0 = MemorySampler.cpu()
+    cpu0, driver0 = MemorySampler.cpu(), MemorySampler.own_cpu()
     with MemorySampler() as memory:
         start = time.perf_counter()
         delivered = await asyncio.gather(*(_one_session(s, ttfts) for s in sessions))
         wall = time.perf_counter() - start
-    cpu = MemorySampler.cpu() - cpu0
+    cpu = MemorySampler.cpu() - cpu0 - memory.cpu_s
+    driver = MemorySampler.own_cpu() - driver0 - memory.cpu_s
+    chunks_seen = max(sum(delivered), 1)
     await rt.deactivate_idle()
     stored = await _store_bytes(rt.store) - before_bytes
     pool: dict[str, Any] = (await rt.supervisor.info.remote())["dedicated"] or {}
@@ -304,6 +338,8 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
         memory_per_session_kb=round(max(memory.peak - baseline, 0) / n / 1024, 1),
         store_bytes_per_session=round(stored / n, 1),
         cpu_s=round(cpu, 2),
+        cpu_us_per_chunk=round(cpu / chunks_seen * 1e6, 1),
+        consumer_us_per_chunk=round(driver / chunks_seen * 1e6, 1),
         actors_peak=pool.get("peak", 0),
         sessions_waited=pool.get("waited", 0) - waited0,
         wait_s_max=pool.get("wait_s_max", 0.0),
@@ -385,7 +421,8 @@ def format_shop(figures: Sequence[ShopFigures]) -> str:
     """The table for the README: medians, and the spread in parentheses."""
     header = (
         f"{'N':>5} {'wall s':>8} {'sessions/s':>11} {'chunks/s':>10} {'TTFT p50 ms':>12} {'TTFT p99 ms':>12} "
-        f"{'peak RSS MB':>12} {'KB/session':>11} {'store B/session':>16} {'CPU s':>7}"
+        f"{'peak RSS MB':>12} {'KB/session':>11} {'store B/session':>16} {'CPU s':>7} {'CPU µs/chunk':>13} "
+        f"{'of which driver':>16}"
     )
     lines = [header]
     for f in figures:
@@ -394,7 +431,8 @@ def format_shop(figures: Sequence[ShopFigures]) -> str:
             f"{f.median('sessions_per_s'):>11.1f} {f.median('text_chunks_per_s'):>10.0f} "
             f"{f.median('ttft_ms_p50'):>12.1f} {f.median('ttft_ms_p99'):>12.1f} "
             f"{f.median('peak_rss_mb'):>12.0f} {f.median('memory_per_session_kb'):>11.1f} "
-            f"{f.median('store_bytes_per_session'):>16.0f} {f.median('cpu_s'):>7.1f}"
+            f"{f.median('store_bytes_per_session'):>16.0f} {f.median('cpu_s'):>7.1f} "
+            f"{f.median('cpu_us_per_chunk'):>13.1f} {f.median('consumer_us_per_chunk'):>16.1f}"
         )
         lines.append(
             f"{'':>5} {'':>8} {'±' + format(f.spread('sessions_per_s'), '.1f'):>11} "

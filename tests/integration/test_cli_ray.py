@@ -46,7 +46,10 @@ def test_troupe_bench_shop_verifies_every_session(workdir: Path) -> None:
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     figures = json.loads(out.read_text())
     assert "sessions/s" in done.stdout
+    assert "compare-shop 4 1" in done.stdout  # how to compare with a peer on this machine
     assert sorted(figures, key=int) == ["1", "4"], figures
+    run = figures["4"]["runs"][0]
+    assert run["cpu_us_per_chunk"] > run["consumer_us_per_chunk"] > 0  # the driver's share is part of the whole
 
 
 @pytest.mark.slow

@@ -170,6 +170,12 @@ def bench_shop_command(
         if len(kinds) > 1:
             console.print(f"\nstore: {labels[kind]}", highlight=False)
         console.print(format_shop(list(figures[kind].values())), highlight=False, soft_wrap=True)
+    n = counts[-1]
+    console.print(
+        f"Absolute figures move 2x between machines: compare with a peer as a ratio from one run on one "
+        f"machine. Side by side with LangGraph 1.2 (same workload): ../shared/bench/compare-shop {n} {repeats}",
+        highlight=False,
+    )
     if len(kinds) > 1:
         first = kinds[0]
         for kind in kinds[1:]:

@@ -68,7 +68,13 @@ T = TypeVar("T")
 
 
 def absolute_store(url: str) -> str:
-    """Every host process must open the same file: make a relative SQLite path absolute."""
+    """Every host process must open the same file: make a relative SQLite path absolute.
+
+    A ``sharded://`` URL gets the same for each of its shards.
+    """
+    sharded = "sharded://"
+    if url.startswith(sharded):
+        return sharded + "|".join(absolute_store(part) if part else part for part in url[len(sharded) :].split("|"))
     prefix = "sqlite:///"
     if url.startswith(prefix) and not url.startswith(prefix + "/") and ":memory:" not in url:
         return prefix + str(Path(url[len(prefix) :]).resolve())

@@ -16,6 +16,7 @@ is ``actors.serve``, which names no surface: this module hands it the app's buil
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +27,10 @@ from actors.serve import Application, ingress_app, start_http
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
 from orchestrator.surfaces.config import RuntimeConfig, load_config
+from orchestrator.surfaces.config.runtime import KEYS_ENV, merge_keys
 from orchestrator.surfaces.http import create_app
 
-__all__ = ["HttpApp", "app", "troupe_app"]
+__all__ = ["HttpApp", "app", "replica_parts", "troupe_app"]
 
 
 @dataclass(frozen=True)
@@ -59,33 +61,56 @@ def troupe_app(
     """A Serve application of the HTTP API for the config's agent (its main one, or ``agent``).
 
     ``store``, ``namespace``, ``api_keys`` and ``hosts_per_node`` override the config's
-    ``runtime:`` section (keys are merged); the rest goes to ``serve.deployment``
+    ``runtime:`` section (keys are merged, with those in ``$TROUPE_API_KEYS`` as ``troupe serve``
+    reads them); the rest goes to ``serve.deployment``
     (``num_replicas="auto"`` with ``autoscaling_config`` scales with load).
 
     Raises:
         ConfigError: the config is missing or invalid.
         UsageError: a store every replica cannot share (``memory://``).
     """
-    loaded = load_config(config)
-    main = loaded.agent(agent)
-    settings = loaded.runtime or RuntimeConfig()
-    keys = tuple(dict.fromkeys([*settings.api_keys, *api_keys]))
-    options: dict[str, Any] = {
-        "store": absolute_store(store or settings.store),  # every replica opens the same file
-        "placement": settings.placement,
-        "hosts_per_node": hosts_per_node or settings.hosts_per_node,
-        "idle_timeout": settings.idle_timeout,
-    }
-    if namespace is not None:
-        options["namespace"] = namespace
+    build, options = replica_parts(
+        config, agent=agent, store=store, namespace=namespace, api_keys=api_keys, hosts_per_node=hosts_per_node
+    )
     return ingress_app(
-        HttpApp(main, keys),
+        build,
         options,
         name=name,
         num_replicas=num_replicas,
         autoscaling_config=autoscaling_config,
         ray_actor_options=ray_actor_options,
     )
+
+
+def replica_parts(
+    config: str | Path,
+    *,
+    agent: str | None = None,
+    store: str | None = None,
+    namespace: str | None = None,
+    api_keys: Sequence[str] = (),
+    hosts_per_node: int | None = None,
+) -> tuple[HttpApp, dict[str, Any]]:
+    """What every replica gets: the app's builder (agent and keys) and its runtime's options.
+
+    The runtime options are the config's ``runtime:`` section, overridden by the arguments; the
+    keys are the config's, ``$TROUPE_API_KEYS``'s and ``api_keys``, merged.
+    """
+    loaded = load_config(config)
+    main = loaded.agent(agent)
+    settings = loaded.runtime or RuntimeConfig()
+    keys = merge_keys(settings.api_keys, os.environ.get(KEYS_ENV), api_keys)
+    options: dict[str, Any] = {
+        "store": absolute_store(store or settings.store),  # every replica opens the same file
+        "placement": settings.placement,
+        "hosts_per_node": hosts_per_node or settings.hosts_per_node,
+        "idle_timeout": settings.idle_timeout,
+        "max_dedicated": settings.max_dedicated,
+        "dedicated_wait": settings.dedicated_wait,
+    }
+    if namespace is not None:
+        options["namespace"] = namespace
+    return HttpApp(main, keys), options
 
 
 _ARGS = ("config", "agent", "store", "namespace", "api_keys", "num_replicas", "hosts_per_node", "name", "host", "port")

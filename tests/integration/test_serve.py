@@ -22,7 +22,7 @@ from ray import serve
 from actors.runtime import Runtime
 from actors.serve import REPLICA_HEADER
 from orchestrator.core.errors import UsageError
-from orchestrator.surfaces.serve import app, troupe_app
+from orchestrator.surfaces.serve import app, replica_parts, troupe_app
 from tests.integration.cli_process import REPO
 from tests.unit.http_helpers import ensure_node_modules, run_node, strip_ui, user_message
 
@@ -109,3 +109,20 @@ def test_the_serve_run_builder_names_its_arguments() -> None:
         app({})
     with pytest.raises(UsageError, match="unknown argument"):
         app({"config": str(CONFIG), "replicas": "2"})
+
+
+def test_every_replica_gets_the_whole_runtime_section_and_the_keys_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "app.yaml"
+    config.write_text(
+        CONFIG.read_text()
+        + "\nruntime: {store: 'sqlite:///rel.db', placement: dedicated, max_dedicated: 7, dedicated_wait: 9,"
+        + " api_keys: [from-config]}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TROUPE_API_KEYS", "from-env, from-config")
+    build, options = replica_parts(config, api_keys=["from-arg"])
+    assert build.api_keys == ("from-config", "from-env", "from-arg")
+    assert options["store"] == f"sqlite:///{tmp_path / 'rel.db'}"  # every replica opens the same file
+    assert (options["placement"], options["max_dedicated"], options["dedicated_wait"]) == ("dedicated", 7, 9)

@@ -30,13 +30,14 @@ from orchestrator.run.agent import Agent
 from orchestrator.store import open_store
 from orchestrator.surfaces.cli.bench import load_actors_bench, parse_sizes
 from orchestrator.surfaces.cli.chat import Interrupts, chat_loop
-from orchestrator.surfaces.cli.common import CommandFailed, configure_logging, merge_keys, ray_temp_dir
+from orchestrator.surfaces.cli.common import CommandFailed, configure_logging, ray_temp_dir
 from orchestrator.surfaces.cli.main import app
 from orchestrator.surfaces.cli.render import event_summary, render_conversation, render_tool
 from orchestrator.surfaces.cli.run import DEFAULT_PROMPTS
 from orchestrator.surfaces.cli.serve import serve_config
 from orchestrator.surfaces.cli.sessions import follow_events
 from orchestrator.surfaces.config import RuntimeConfig, load_agent
+from orchestrator.surfaces.config.runtime import merge_keys
 from orchestrator.testing import ScriptedModel
 from tools import tool
 

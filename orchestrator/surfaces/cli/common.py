@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NoReturn
 
@@ -37,7 +37,6 @@ __all__ = [
     "configure_logging",
     "fail",
     "load_target",
-    "merge_keys",
     "open_read_store",
     "ray_temp_dir",
     "report",
@@ -147,19 +146,6 @@ def load_target(config: Path, agent: str | None = None) -> tuple[Agent, RuntimeC
 
     loaded = load_config(config)
     return loaded.agent(agent), loaded.runtime or RuntimeConfig()
-
-
-def merge_keys(*sources: Iterable[str] | str | None) -> tuple[str, ...]:
-    """API keys from several places (a list, or comma-separated text), de-duplicated in order."""
-    keys: list[str] = []
-    for source in sources:
-        if source is None:
-            continue
-        items = source.split(",") if isinstance(source, str) else source
-        for key in (item.strip() for item in items):
-            if key and key not in keys:
-                keys.append(key)
-    return tuple(keys)
 
 
 def _sqlite_path(url: str) -> Path | None:

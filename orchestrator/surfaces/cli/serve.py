@@ -22,20 +22,18 @@ from orchestrator.surfaces.cli.common import (
     StoreOption,
     fail,
     load_target,
-    merge_keys,
     started_runtime,
     stderr,
     stdout,
 )
+from orchestrator.surfaces.config.runtime import KEYS_ENV, merge_keys
 
 if TYPE_CHECKING:
     from orchestrator.run.agent import Agent
     from orchestrator.surfaces.config import RuntimeConfig
 
-__all__ = ["KEYS_ENV", "serve_command", "serve_config"]
+__all__ = ["serve_command", "serve_config"]
 
-KEYS_ENV: Final = "TROUPE_API_KEYS"
-"""Comma-separated API keys, merged with ``--api-key`` and the config's."""
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 
 Server = Callable[..., Awaitable[None]]

@@ -6,14 +6,31 @@ A file may hold only this section (``load_runtime``), so reading it never builds
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from orchestrator.surfaces.config.document import Document, key_path, kind_of, read_config
 
-__all__ = ["Placement", "RuntimeConfig", "build_runtime", "load_runtime", "parse_runtime"]
+__all__ = ["KEYS_ENV", "Placement", "RuntimeConfig", "build_runtime", "load_runtime", "merge_keys", "parse_runtime"]
+
+KEYS_ENV: Final = "TROUPE_API_KEYS"
+"""Comma-separated API keys, merged with the config's (and ``troupe serve --api-key``)."""
+
+
+def merge_keys(*sources: Iterable[str] | str | None) -> tuple[str, ...]:
+    """API keys from several places (a list, or comma-separated text), de-duplicated in order."""
+    keys: list[str] = []
+    for source in sources:
+        if source is None:
+            continue
+        items = source.split(",") if isinstance(source, str) else source
+        for key in (item.strip() for item in items):
+            if key and key not in keys:
+                keys.append(key)
+    return tuple(keys)
+
 
 Placement = Literal["pooled", "dedicated"]
 

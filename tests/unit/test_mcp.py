@@ -4,6 +4,7 @@ test server over streamable HTTP (``tests.fixtures.mcp_server``), on the in-proc
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from orchestrator.testing import ScriptedModel, eventually
 from tests.fixtures.mcp import notes_server
 from tools.mcp import ToolOverride, mcp_http, mcp_stdio
 from tools.mcp.registry import close_connections, restart_delay
-from tools.mcp.tools import MCPTool, connection_for
+from tools.mcp.tools import MCPTool, connection_for, model_names
 
 TIMEOUT = 120
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,3 +228,17 @@ async def test_the_servers_progress_shows_on_the_running_call(tmp_path: Path) ->
         {"progress": 2, "total": 2, "message": "step 2"},
     ]
     await close_connections()
+
+
+def test_server_tool_names_become_names_a_model_can_call() -> None:
+    long = "x" * 80
+    names = model_names("fs_", ["read", "files.read", "files/read", "9lives", long])
+    assert names["read"] == "fs_read"
+    assert names["9lives"] == "fs_9lives"
+    # "files.read" and "files/read" would both be fs_files_read: each gets its own hash instead.
+    assert names["files.read"] != names["files/read"]
+    assert all(n.startswith("fs_files_read_") for n in (names["files.read"], names["files/read"]))
+    assert len(names[long]) == 64 and names[long].startswith("fs_xxx")
+    assert model_names("", ["9lives", "a.b"]) == {"9lives": "_9lives", "a.b": "a_b"}
+    assert model_names("fs_", ["files.read", "files/read"]) == {k: names[k] for k in ("files.read", "files/read")}
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]{0,63}", n) for n in names.values())

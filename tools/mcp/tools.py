@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -28,7 +30,34 @@ from tools.mcp.registry import connection
 from tools.mcp.spec import ServerSpec
 from tools.tool import Recovery
 
-__all__ = ["MCPTool", "connection_for", "list_tools", "map_result", "policy_from_annotations"]
+__all__ = ["MCPTool", "connection_for", "list_tools", "map_result", "model_names", "policy_from_annotations"]
+
+
+_UNCALLABLE = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_NAME = 64
+
+
+def model_names(prefix: str, server_names: list[str]) -> dict[str, str]:
+    """The name a model calls each server tool by: ``prefix`` + its name, made callable.
+
+    Model APIs take tool names of 1-64 of ``[A-Za-z0-9_-]`` (starting with a letter or ``_``); MCP
+    servers may use dots, slashes and longer names. Other characters become ``_``; a name still
+    too long, or one that two server names would share, ends in ``_`` and 8 hex digits of the
+    server name's hash instead, so every name is stable from one listing to the next.
+    """
+
+    def cleaned(name: str) -> str:
+        text = _UNCALLABLE.sub("_", prefix + name)
+        return text if text[:1].isalpha() or text[:1] == "_" else "_" + text
+
+    def hashed(name: str, text: str) -> str:
+        return f"{text[: _MAX_NAME - 9]}_{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+
+    plain = {name: cleaned(name) for name in server_names}
+    shared = {text for text in plain.values() if list(plain.values()).count(text) > 1}
+    return {
+        name: hashed(name, text) if len(text) > _MAX_NAME or text in shared else text for name, text in plain.items()
+    }
 
 
 def connection_for(source: ServerSpec) -> Connection:
@@ -48,7 +77,8 @@ class MCPTool:
     """One tool of an MCP server, as the agent sees it (see the module docstring)."""
 
     name: str
-    """The name the model calls it by (the source's prefix + the server's name)."""
+    """The name the model calls it by: the source's prefix + the server's name, made callable
+    (``model_names``)."""
     server_name: str
     """Its name on the server."""
     description: str
@@ -175,15 +205,15 @@ def _part(block: Any) -> JsonObject:
 async def list_tools(source: ServerSpec) -> list[MCPTool]:
     """``source``'s tools now: allowed, prefixed, with their policies."""
     listed = await connection_for(source).list_tools()
+    wanted = [tool for tool in listed if source.wants(tool.name)]
+    names = model_names(source.prefix, [tool.name for tool in wanted])
     out: list[MCPTool] = []
-    for tool in listed:
-        if not source.wants(tool.name):
-            continue
+    for tool in wanted:
         override = source.tools.get(tool.name)
         schema = cast(JsonObject, dict(tool.input_schema))
         out.append(
             MCPTool(
-                name=source.prefix + tool.name,
+                name=names[tool.name],
                 server_name=tool.name,
                 description=tool.description or tool.title or tool.name,
                 parameters=schema,

@@ -16,7 +16,9 @@ A sub-agent never waits: it takes a free actor, or starts one under the limit, o
 its parent's actor (a parent waiting on a child that waits for an actor the parent holds would
 deadlock). A released actor stays warm for the next session, up to ``limits.keep`` free ones
 (the runtime keeps them all: each sub-agent run is a new session, and restarting its actor on
-every turn cost more than the idle actor does); beyond that it is stopped.
+every turn cost more than the idle actor does); beyond that it is stopped. A free actor beyond
+``limits.warm`` that stays unused for ``limits.linger`` seconds stops too, so a pool that went
+quiet shrinks back to its warm actors.
 
 Plain asyncio, no Ray: the supervisor hands it the actor operations (``Actors``).
 """
@@ -72,6 +74,9 @@ class DedicatedLimits:
     """Free actors started ahead of demand."""
     keep: int = 4
     """Free actors kept when released (the rest stop); the runtime's: ``actors``."""
+    linger: float = 300.0
+    """Seconds a free actor beyond ``warm`` is kept unused before it stops (a quiet pool shrinks
+    back to its ``warm`` actors instead of holding a process per session it once served)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +121,9 @@ class DedicatedPool:
         self._tasks: set[asyncio.Future[Any]] = set()
         self._reclaiming: asyncio.Task[None] | None = None
         self._waits: deque[float] = deque(maxlen=1000)
+        self._freed: dict[str, float] = {}
+        """Free actor -> when it came free (``linger``)."""
+        self._lingering: asyncio.Task[None] | None = None
         self.counts = {"admitted": 0, "waited": 0, "refused": 0, "shared": 0, "started": 0, "stopped": 0}
 
     @property
@@ -162,7 +170,7 @@ class DedicatedPool:
 
     async def _acquire(self, session_id: str) -> str:
         if self.free and not self._waiters:
-            return self.free.pop()
+            return self._take_free()
         if not self._waiters and self.live < self.limits.actors:
             return await self._start()
         parent = session_id.rsplit("/", 1)[0] if "/" in session_id else None
@@ -228,6 +236,8 @@ class DedicatedPool:
                 return
         if len(self.free) < max(self.limits.keep, self.limits.warm):
             self.free.append(name)
+            self._freed[name] = time.monotonic()
+            self._linger_soon()
             return
         self.actors.discard(name)
         self.counts["stopped"] += 1
@@ -239,8 +249,33 @@ class DedicatedPool:
         self.actors.discard(name)
         with contextlib.suppress(ValueError):
             self.free.remove(name)
+        self._freed.pop(name, None)
         self._spawn(self.ops.stop(name))
         self._pump()
+
+    def _take_free(self) -> str:
+        """The free actor freed last (the warmest; those freed long ago linger out and stop)."""
+        name = self.free.pop()
+        self._freed.pop(name, None)
+        return name
+
+    def _linger_soon(self) -> None:
+        if len(self.free) > self.limits.warm and (self._lingering is None or self._lingering.done()):
+            self._lingering = asyncio.ensure_future(self._linger())
+
+    async def _linger(self) -> None:
+        """While more than ``warm`` actors are free: stop each once it has been free ``linger`` seconds."""
+        while len(self.free) > self.limits.warm:
+            oldest = self.free[0]
+            due = self._freed.get(oldest, time.monotonic()) + self.limits.linger
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            if self.free and self.free[0] == oldest and len(self.free) > self.limits.warm:
+                self.free.pop(0)
+                self._freed.pop(oldest, None)
+                self.actors.discard(oldest)
+                self.counts["stopped"] += 1
+                log.info("dedicated_linger_stop", actor=oldest, free=len(self.free), linger_s=self.limits.linger)
+                self._spawn(self.ops.stop(oldest))
 
     def sessions_on(self, name: str) -> list[str]:
         """The sessions assigned to actor ``name``."""
@@ -329,7 +364,7 @@ class DedicatedPool:
 
     async def close(self) -> None:
         """Stop waiting and starting (the supervisor is shutting down)."""
-        for task in [self._reclaiming, *self._tasks]:
+        for task in [self._reclaiming, self._lingering, *self._tasks]:
             if task is not None and not task.done():
                 task.cancel()
         for waiter in self._waiters:

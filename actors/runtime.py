@@ -331,6 +331,7 @@ class Runtime(BaseRuntime):
             starts=max(1, int(cpus)),
             warm=min(self.warm, actors),
             keep=actors,  # a start costs ~1 CPU-second; an idle warm actor ~0.6 % of a core
+            linger=self.idle_timeout,  # then a quiet pool shrinks back to its warm actors
         )
 
     def worker_options(self) -> dict[str, Any]:

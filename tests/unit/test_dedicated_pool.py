@@ -47,9 +47,12 @@ class FakeActors:
         return Actors(self.start, self.stop, self.adopt, self.reclaim)
 
 
-def pool_of(actors: int, *, wait: float = 30.0, warm: int = 0, keep: int = 4) -> tuple[DedicatedPool, FakeActors]:
+def pool_of(
+    actors: int, *, wait: float = 30.0, warm: int = 0, keep: int = 4, linger: float = 300.0
+) -> tuple[DedicatedPool, FakeActors]:
     fake = FakeActors()
-    pool = DedicatedPool(DedicatedLimits(actors=actors, wait=wait, starts=1, warm=warm, keep=keep), fake.ops())
+    limits = DedicatedLimits(actors=actors, wait=wait, starts=1, warm=warm, keep=keep, linger=linger)
+    pool = DedicatedPool(limits, fake.ops())
     fake.pool = pool
     return pool, fake
 
@@ -124,6 +127,20 @@ async def test_released_actors_beyond_keep_are_stopped() -> None:
         pool.release(name, f"s{i}")
     await eventually(lambda: len(fake.stopped) == 2 or None, what="two surplus actors stopped")
     assert pool.free == [names[0]] and pool.live == 1
+
+
+async def test_a_quiet_pool_shrinks_back_to_its_warm_actors() -> None:
+    pool, fake = pool_of(4, warm=1, keep=4, linger=0.2)
+    actors = [await pool.assign(f"s{i}") for i in range(3)]
+    await eventually(lambda: len(pool.free) == 1 or None, what="one actor started ahead of demand")
+    for i, name in enumerate(actors):
+        pool.release(name, f"s{i}")
+    assert len(pool.free) == 4 and not fake.stopped  # kept at first: the next sessions take them warm
+    assert await pool.assign("s9") == actors[-1]  # the one freed last
+    await eventually(lambda: len(pool.free) == 1 or None, what="free actors beyond warm to linger out")
+    assert len(fake.stopped) == 2 and pool.live == 2 and pool.free == [actors[1]]  # the warmest one stays
+    assert pool.stats()["stopped"] == 2
+    await pool.close()
 
 
 async def test_concurrent_assigns_of_one_session_share_one_actor() -> None:

@@ -25,6 +25,8 @@ async def test_a_small_run_loses_and_repeats_no_event() -> None:
     assert figures.lost == figures.duplicated == figures.mismatched == figures.unfinished == 0
     assert figures.events > 20  # every follower got the turns' events, not just a snapshot
     assert "every follower saw every event exactly once" in text
+    assert all(p.client_cpu > 0 for p in figures.phases)
+    assert "CPU: " in text
 
 
 async def test_bad_sizes_are_refused() -> None:

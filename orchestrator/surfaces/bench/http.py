@@ -16,6 +16,12 @@ sessions and starts one turn in each, then:
    have received exactly the reference's events after its own snapshot, in order, each once
    (same ids, same bytes), and reached the session's last index.
 
+Each phase also reports the CPU seconds the server's process used meanwhile (found by its
+listening port; its Ray processes are not counted) and this process's own: on a shared machine
+the wall-clock figures move with the load, the CPU per request much less. The requests go over a
+lean keep-alive HTTP/1.1 client of its own (one connection per worker), so that the client costs
+a fraction of the server.
+
 Everything is bounded: the request counts, the connections, and ``limit`` seconds for the run.
 """
 
@@ -40,6 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
 
 from orchestrator.core.errors import ParseError, UsageError
 from orchestrator.core.mutations import ClientView
@@ -68,6 +75,10 @@ class Phase:
     max_ms: float
     failures: tuple[str, ...] = ()
     """What the failed requests got (distinct: a status code, or the client's error)."""
+    server_cpu: float | None = None
+    """CPU seconds the server's process used meanwhile (its own, not its Ray's; ``None``: not found)."""
+    client_cpu: float = 0.0
+    """CPU seconds this process (the load and the SSE followers) used meanwhile."""
 
     @property
     def rate(self) -> float:
@@ -117,6 +128,25 @@ class HttpFigures:
 
 
 # -- the server ----------------------------------------------------------------------------------------
+
+
+def _server_process(base: str) -> psutil.Process | None:
+    """The process listening on ``base``'s port here (its CPU is reported per phase), if it can be seen."""
+    port = urlsplit(base).port
+    try:
+        for connection in psutil.net_connections(kind="tcp"):
+            if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+                return psutil.Process(connection.pid)
+    except (psutil.Error, OSError):
+        pass
+    return None
+
+
+def _cpu(process: psutil.Process | None) -> float | None:
+    try:
+        return None if process is None else sum(process.cpu_times()[:2])
+    except psutil.Error:
+        return None
 
 
 def _free_port() -> int:
@@ -369,7 +399,9 @@ async def _request(connection: _Connection, kind: str, sid: str, n: int) -> int:
     return status
 
 
-async def _phase(name: str, base: str, plan: list[tuple[str, str]], connections: int) -> Phase:
+async def _phase(
+    name: str, base: str, plan: list[tuple[str, str]], connections: int, server: psutil.Process | None
+) -> Phase:
     latencies: list[float] = []
     errors = 0
     failures: set[str] = set()
@@ -397,9 +429,10 @@ async def _phase(name: str, base: str, plan: list[tuple[str, str]], connections:
         finally:
             await connection.close()
 
-    began = time.perf_counter()
+    began, cpu_began, server_began = time.perf_counter(), time.process_time(), _cpu(server)
     await asyncio.gather(*(worker() for _ in range(connections)))
     seconds = time.perf_counter() - began
+    server_ended = _cpu(server)
     return Phase(
         name,
         len(plan),
@@ -409,6 +442,8 @@ async def _phase(name: str, base: str, plan: list[tuple[str, str]], connections:
         _percentile(latencies, 0.99) * 1000,
         max(latencies, default=0.0) * 1000,
         tuple(sorted(failures)),
+        None if server_began is None or server_ended is None else server_ended - server_began,
+        time.process_time() - cpu_began,
     )
 
 
@@ -451,6 +486,7 @@ async def _run(
 ) -> HttpFigures:
     deadline = time.monotonic() + limit
     figures = HttpFigures(base, sessions, followers, connections)
+    server = _server_process(base)
     async with httpx.AsyncClient(base_url=base, timeout=max(limit, 10)) as http:  # setup and checks only
         run = os.urandom(4).hex()
         ids = [f"bench-{run}-{i}" for i in range(sessions)]
@@ -466,9 +502,9 @@ async def _run(
             (await http.post(f"/api/sessions/{sid}/messages", json={"text": "hello"})).raise_for_status()
         tasks += [asyncio.ensure_future(_follow(base, f)) for f in crowd[len(ids) :]]
         await asyncio.wait_for(asyncio.gather(*(f.ready.wait() for f in crowd)), max(1.0, deadline - time.monotonic()))
-        figures.phases.append(await _phase("burst", base, _plan(requests, ids, MIX, seed), connections))
+        figures.phases.append(await _phase("burst", base, _plan(requests, ids, MIX, seed), connections, server))
         reads = tuple((k, 1) for k in READS)
-        figures.phases.append(await _phase("reads", base, _plan(requests, ids, reads, seed + 1), connections))
+        figures.phases.append(await _phase("reads", base, _plan(requests, ids, reads, seed + 1), connections, server))
         finals = await _settle(http, ids, deadline)
         figures.unfinished = sum(
             1 for f in finals if f["state"]["status"] == "streaming" or f["state"]["inbox"]["items"]
@@ -521,6 +557,12 @@ def format_http(figures: HttpFigures) -> str:
             f"max {phase.max_ms:.0f} ms, {phase.errors} errors"
             + (f" ({', '.join(phase.failures)})" if phase.errors else "")
         )
+        cpu = (
+            ""
+            if phase.server_cpu is None
+            else f"server {phase.server_cpu:.2f} s ({phase.server_cpu / phase.requests * 1000:.2f} ms/request), "
+        )
+        lines.append(f"{'':>8}CPU: {cpu}client {phase.client_cpu:.2f} s")
     exact = figures.lost == figures.duplicated == figures.mismatched == figures.unfinished == 0
     verdict = "every follower saw every event exactly once" if exact else "NOT every event exactly once"
     lines.append(

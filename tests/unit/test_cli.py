@@ -34,7 +34,7 @@ from orchestrator.surfaces.cli.common import CommandFailed, configure_logging, r
 from orchestrator.surfaces.cli.main import app
 from orchestrator.surfaces.cli.render import event_summary, render_conversation, render_tool
 from orchestrator.surfaces.cli.run import DEFAULT_PROMPTS
-from orchestrator.surfaces.cli.serve import serve_config
+from orchestrator.surfaces.cli.serve import serve_config, server_runner
 from orchestrator.surfaces.cli.sessions import follow_events
 from orchestrator.surfaces.config import RuntimeConfig, load_agent
 from orchestrator.surfaces.config.runtime import merge_keys
@@ -550,6 +550,14 @@ async def test_serve_config_builds_the_app() -> None:
     assert "the web chat at /" in out
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served["app"]), base_url="http://test") as http:
         assert (await http.get("/")).headers["content-type"].startswith("text/html")
+
+
+def test_the_server_runs_on_uvloop() -> None:
+    async def kind() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    with server_runner() as runner:
+        assert runner.run(kind()).startswith("uvloop")  # a dependency (but on Windows): its loop is C
 
 
 def test_merge_keys() -> None:

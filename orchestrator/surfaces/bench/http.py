@@ -16,6 +16,12 @@ sessions and starts one turn in each, then:
    have received exactly the reference's events after its own snapshot, in order, each once
    (same ids, same bytes), and reached the session's last index.
 
+Each phase also reports the CPU seconds the server's process used meanwhile (found by its
+listening port; its Ray processes are not counted) and this process's own: on a shared machine
+the wall-clock figures move with the load, the CPU per request much less. The requests go over a
+lean keep-alive HTTP/1.1 client of its own (one connection per worker), so that the client costs
+a fraction of the server.
+
 Everything is bounded: the request counts, the connections, and ``limit`` seconds for the run.
 """
 
@@ -40,6 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
 
 from orchestrator.core.errors import ParseError, UsageError
 from orchestrator.core.mutations import ClientView
@@ -68,6 +75,10 @@ class Phase:
     max_ms: float
     failures: tuple[str, ...] = ()
     """What the failed requests got (distinct: a status code, or the client's error)."""
+    server_cpu: float | None = None
+    """CPU seconds the server's process used meanwhile (its own, not its Ray's; ``None``: not found)."""
+    client_cpu: float = 0.0
+    """CPU seconds this process (the load and the SSE followers) used meanwhile."""
 
     @property
     def rate(self) -> float:
@@ -117,6 +128,25 @@ class HttpFigures:
 
 
 # -- the server ----------------------------------------------------------------------------------------
+
+
+def _server_process(base: str) -> psutil.Process | None:
+    """The process listening on ``base``'s port here (its CPU is reported per phase), if it can be seen."""
+    port = urlsplit(base).port
+    try:
+        for connection in psutil.net_connections(kind="tcp"):
+            if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+                return psutil.Process(connection.pid)
+    except (psutil.Error, OSError):
+        pass
+    return None
+
+
+def _cpu(process: psutil.Process | None) -> float | None:
+    try:
+        return None if process is None else sum(process.cpu_times()[:2])
+    except psutil.Error:
+        return None
 
 
 def _free_port() -> int:
@@ -227,7 +257,8 @@ class _Follower:
                 self.view.apply(mutation)
 
 
-async def _follow(base: str, follower: _Follower, stop: asyncio.Event) -> None:
+async def _follow(base: str, follower: _Follower) -> None:
+    """Follow one session's stream until it ends, or the task is cancelled (the run is over)."""
     parts = urlsplit(base)
     try:
         reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
@@ -247,7 +278,7 @@ async def _follow(base: str, follower: _Follower, stop: asyncio.Event) -> None:
             follower.ready.set()
             return
         buffer = b""
-        async for chunk in _chunks(reader, stop):
+        async for chunk in _chunks(reader):
             buffer += chunk
             while b"\n\n" in buffer:
                 block, buffer = buffer.split(b"\n\n", 1)
@@ -263,23 +294,11 @@ async def _follow(base: str, follower: _Follower, stop: asyncio.Event) -> None:
             await writer.wait_closed()
 
 
-async def _chunks(reader: asyncio.StreamReader, stop: asyncio.Event) -> AsyncIterator[bytes]:
-    """The body of a chunked response, until it ends or ``stop`` is set."""
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        while True:
-            line = asyncio.ensure_future(reader.readuntil(b"\r\n"))
-            await asyncio.wait({line, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if not line.done():
-                line.cancel()
-                return
-            size = int(line.result().strip() or b"0", 16)
-            if size == 0:
-                return
-            data = await reader.readexactly(size + 2)
-            yield data[:-2]
-    finally:
-        stopping.cancel()
+async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
+    """The body of a chunked response, until it ends (or the follower is cancelled)."""
+    while size := int((await reader.readuntil(b"\r\n")).strip() or b"0", 16):
+        data = await reader.readexactly(size + 2)
+        yield data[:-2]
 
 
 # -- the load ---------------------------------------------------------------------------------------
@@ -299,45 +318,121 @@ def _plan(count: int, sessions: Sequence[str], kinds: Sequence[tuple[str, int]],
     return [(rng.choices(names, weights)[0], rng.choice(sessions)) for _ in range(count)]
 
 
-async def _request(http: httpx.AsyncClient, kind: str, sid: str, n: int) -> httpx.Response:
+class _Connection:
+    """One keep-alive HTTP/1.1 connection, one request at a time.
+
+    A lean client, so that the load measures the server: httpx's pool spent more CPU per request
+    (most of it choosing among 200 connections) than the server did.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self.head = f"Host: {host}:{port}\r\n".encode()
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        """Send one request; its status and body (it reconnects when the server closed the connection)."""
+        if self.writer is None or self.reader is None or self.reader.at_eof():
+            await self.close()
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.reader, self.writer
+        lines = [f"{method} {path} HTTP/1.1\r\n".encode(), self.head]
+        if body is not None:
+            lines.append(f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n".encode())
+        lines.append(b"\r\n")
+        if body is not None:
+            lines.append(body)
+        writer.write(b"".join(lines))
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            length, chunked, close = -1, False, False
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                match name.strip().lower():
+                    case b"content-length":
+                        length = int(value)
+                    case b"transfer-encoding":
+                        chunked = b"chunked" in value.lower()
+                    case b"connection":
+                        close = b"close" in value.lower()
+            if chunked:
+                parts = []
+                while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                    parts.append((await reader.readexactly(size + 2))[:-2])
+                await reader.readuntil(b"\r\n")
+                data = b"".join(parts)
+            else:
+                data = await reader.readexactly(length) if length >= 0 else await reader.read()
+        except BaseException:
+            await self.close()  # a half-read response: never reuse the connection
+            raise
+        if close:
+            await self.close()
+        return status, data
+
+    async def close(self) -> None:
+        """Close the connection (the next request opens another)."""
+        writer, self.writer, self.reader = self.writer, None, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+
+async def _request(connection: _Connection, kind: str, sid: str, n: int) -> int:
+    """One request of the load; its status."""
     match kind:
         case "state":
-            return await http.get(f"/api/sessions/{sid}/state")
+            status, _ = await connection.request("GET", f"/api/sessions/{sid}/state")
         case "messages":
-            return await http.get(f"/api/sessions/{sid}/messages")
+            status, _ = await connection.request("GET", f"/api/sessions/{sid}/messages")
         case "info":
-            return await http.get(f"/api/sessions/{sid}/info")
+            status, _ = await connection.request("GET", f"/api/sessions/{sid}/info")
         case "chat":
-            return await http.get(f"/api/chat/{sid}/messages")
+            status, _ = await connection.request("GET", f"/api/chat/{sid}/messages")
         case _:
-            return await http.post(f"/api/sessions/{sid}/messages", json={"text": f"message {n}"})
+            body = json.dumps({"text": f"message {n}"}).encode()
+            status, _ = await connection.request("POST", f"/api/sessions/{sid}/messages", body)
+    return status
 
 
-async def _phase(name: str, http: httpx.AsyncClient, plan: list[tuple[str, str]], connections: int) -> Phase:
+async def _phase(
+    name: str, base: str, plan: list[tuple[str, str]], connections: int, server: psutil.Process | None
+) -> Phase:
     latencies: list[float] = []
     errors = 0
     failures: set[str] = set()
     work: Iterator[tuple[int, tuple[str, str]]] = iter(enumerate(plan))
+    parts = urlsplit(base)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
 
     async def worker() -> None:
         nonlocal errors
-        for n, (kind, sid) in work:
-            began = time.perf_counter()
-            failure = None
-            try:
-                response = await _request(http, kind, sid, n)
-                if response.status_code >= 400:
-                    failure = f"{kind}: HTTP {response.status_code}"
-            except httpx.HTTPError as error:
-                failure = f"{kind}: {type(error).__name__}"
-            latencies.append(time.perf_counter() - began)
-            if failure is not None:
-                errors += 1
-                failures.add(failure)
+        connection = _Connection(host, port)
+        try:
+            for n, (kind, sid) in work:
+                began = time.perf_counter()
+                failure = None
+                try:
+                    status = await _request(connection, kind, sid, n)
+                    if status >= 400:
+                        failure = f"{kind}: HTTP {status}"
+                except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as error:
+                    failure = f"{kind}: {type(error).__name__}"
+                latencies.append(time.perf_counter() - began)
+                if failure is not None:
+                    errors += 1
+                    failures.add(failure)
+        finally:
+            await connection.close()
 
-    began = time.perf_counter()
+    began, cpu_began, server_began = time.perf_counter(), time.process_time(), _cpu(server)
     await asyncio.gather(*(worker() for _ in range(connections)))
     seconds = time.perf_counter() - began
+    server_ended = _cpu(server)
     return Phase(
         name,
         len(plan),
@@ -347,6 +442,8 @@ async def _phase(name: str, http: httpx.AsyncClient, plan: list[tuple[str, str]]
         _percentile(latencies, 0.99) * 1000,
         max(latencies, default=0.0) * 1000,
         tuple(sorted(failures)),
+        None if server_began is None or server_ended is None else server_ended - server_began,
+        time.process_time() - cpu_began,
     )
 
 
@@ -389,26 +486,25 @@ async def _run(
 ) -> HttpFigures:
     deadline = time.monotonic() + limit
     figures = HttpFigures(base, sessions, followers, connections)
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(base_url=base, timeout=max(limit, 10), limits=limits) as http:
+    server = _server_process(base)
+    async with httpx.AsyncClient(base_url=base, timeout=max(limit, 10)) as http:  # setup and checks only
         run = os.urandom(4).hex()
         ids = [f"bench-{run}-{i}" for i in range(sessions)]
         for sid in ids:
             created = await http.post("/api/sessions", json={"id": sid})
             created.raise_for_status()
-        stop = asyncio.Event()
         # One reference follower per session first (it folds what it gets), then the rest.
         crowd = [_Follower(sid, True) for sid in ids[: min(sessions, followers)]]
         crowd += [_Follower(ids[i % sessions], False) for i in range(len(crowd), followers)]
-        tasks = [asyncio.ensure_future(_follow(base, f, stop)) for f in crowd[: len(ids)]]
+        tasks = [asyncio.ensure_future(_follow(base, f)) for f in crowd[: len(ids)]]
         await asyncio.wait_for(asyncio.gather(*(f.ready.wait() for f in crowd[: len(ids)])), limit)
         for sid in ids:  # every session live: one turn each
             (await http.post(f"/api/sessions/{sid}/messages", json={"text": "hello"})).raise_for_status()
-        tasks += [asyncio.ensure_future(_follow(base, f, stop)) for f in crowd[len(ids) :]]
+        tasks += [asyncio.ensure_future(_follow(base, f)) for f in crowd[len(ids) :]]
         await asyncio.wait_for(asyncio.gather(*(f.ready.wait() for f in crowd)), max(1.0, deadline - time.monotonic()))
-        figures.phases.append(await _phase("burst", http, _plan(requests, ids, MIX, seed), connections))
+        figures.phases.append(await _phase("burst", base, _plan(requests, ids, MIX, seed), connections, server))
         reads = tuple((k, 1) for k in READS)
-        figures.phases.append(await _phase("reads", http, _plan(requests, ids, reads, seed + 1), connections))
+        figures.phases.append(await _phase("reads", base, _plan(requests, ids, reads, seed + 1), connections, server))
         finals = await _settle(http, ids, deadline)
         figures.unfinished = sum(
             1 for f in finals if f["state"]["status"] == "streaming" or f["state"]["inbox"]["items"]
@@ -420,7 +516,8 @@ async def _run(
             await asyncio.wait_for(
                 asyncio.gather(*(f.reached(last[f.session]) for f in behind)), max(0.1, deadline - time.monotonic())
             )
-        stop.set()
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     _check(figures, crowd, ids, finals)
     return figures
@@ -460,6 +557,12 @@ def format_http(figures: HttpFigures) -> str:
             f"max {phase.max_ms:.0f} ms, {phase.errors} errors"
             + (f" ({', '.join(phase.failures)})" if phase.errors else "")
         )
+        cpu = (
+            ""
+            if phase.server_cpu is None
+            else f"server {phase.server_cpu:.2f} s ({phase.server_cpu / phase.requests * 1000:.2f} ms/request), "
+        )
+        lines.append(f"{'':>8}CPU: {cpu}client {phase.client_cpu:.2f} s")
     exact = figures.lost == figures.duplicated == figures.mismatched == figures.unfinished == 0
     verdict = "every follower saw every event exactly once" if exact else "NOT every event exactly once"
     lines.append(

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from orchestrator.run.agent import Agent
     from orchestrator.surfaces.config import RuntimeConfig
 
-__all__ = ["serve_command", "serve_config"]
+__all__ = ["serve_command", "serve_config", "server_runner"]
 
 _LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -99,4 +99,17 @@ def serve_command(
             ),
             soft_wrap=True,
         )
-    asyncio.run(serve_config(main_agent, settings, host=host, port=port, api_keys=keys, store=store, local=local))
+    with server_runner() as runner:
+        runner.run(serve_config(main_agent, settings, host=host, port=port, api_keys=keys, store=store, local=local))
+
+
+def server_runner() -> asyncio.Runner:
+    """The event loop a server runs in: uvloop's when it is installed (its sockets and timers are C).
+
+    Under 500 SSE streams the default loop spent a fifth of the server's time in its transports' ``write``.
+    """
+    try:
+        import uvloop
+    except ImportError:  # a platform without it (Windows): the default loop
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)

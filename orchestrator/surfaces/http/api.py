@@ -50,7 +50,7 @@ from orchestrator.surfaces.http.models import (
 )
 from orchestrator.surfaces.http.sse import EventStream, sse_event_schema
 from orchestrator.surfaces.http.state import state_json
-from orchestrator.surfaces.http.views import Followed, JsonBytes, json_bytes, session_events
+from orchestrator.surfaces.http.views import JsonBytes, session_events
 
 if TYPE_CHECKING:
     from actors.client import Session
@@ -106,18 +106,6 @@ def _reused(receipt: Receipt) -> ApiError:
     body = receipt_body(receipt)
     assert body is not None
     return ApiError(409, duplicate_message(receipt.command_id), "id", body.model_dump(mode="json", by_alias=True))
-
-
-def _state_body(followed: Followed) -> bytes:
-    return json_bytes({"state": state_json(followed.state), "index": followed.index})
-
-
-def _messages_body(followed: Followed) -> bytes:
-    return json_bytes({"messages": [message_to_wire(m) for m in followed.state.messages]})
-
-
-def _info_body(followed: Followed) -> bytes:
-    return json_bytes(followed.info())
 
 
 def session_router(ctx: Context) -> APIRouter:
@@ -378,7 +366,7 @@ def session_router(ctx: Context) -> APIRouter:
             state, index = await sub_state(ctx, session.id, sub, through)
             return StateBody(state=state, index=index)
         if through is None and (followed := await ctx.views.current(session)) is not None:
-            return JsonBytes(followed.body("state", _state_body))
+            return JsonBytes(followed.body("state"))
         snapshot = await session.state(through=through)
         return StateBody(state=state_json(snapshot.state), index=snapshot.index)
 
@@ -386,7 +374,7 @@ def session_router(ctx: Context) -> APIRouter:
     async def get_messages(session: Owned) -> MessageList | Response:
         """The conversation as wire messages."""
         if (followed := await ctx.views.current(session)) is not None:
-            return JsonBytes(followed.body("messages", _messages_body))
+            return JsonBytes(followed.body("messages"))
         return MessageList(messages=[message_to_wire(m) for m in (await session.state()).state.messages])
 
     @router.get(
@@ -414,7 +402,7 @@ def session_router(ctx: Context) -> APIRouter:
     async def get_info(session: Owned) -> dict[str, Any] | Response:
         """What drives a UI's controls: ``executing`` (the Stop button), ``queued``, ``turn``."""
         if (followed := await ctx.views.current(session)) is not None:
-            return JsonBytes(followed.body("info", _info_body))
+            return JsonBytes(followed.body("info"))
         return await session.info()
 
     @router.get(

@@ -13,9 +13,10 @@ heartbeats, throttling and ownership timestamps); its translators (``aisdk.Messa
 
 Modules: ``api`` (session routes), ``chat_api`` (AI SDK routes), ``inspect_api`` (the log),
 ``web`` (the chat and inspector pages), ``sse`` (the resumable mutation stream), ``views`` (the
-followed sessions that reads and streams answer from), ``chat`` and ``aisdk`` (turn -> UI message
-chunks), ``models`` (bodies), ``errors`` (error shape, size limit), ``owners`` (keys and
-ownership), ``deps``, ``state``.
+followed sessions that reads and streams answer from), ``fast`` (the hot reads, answered from
+the views before FastAPI's routing), ``chat`` and ``aisdk`` (turn -> UI message chunks),
+``models`` (bodies), ``errors`` (error shape, size limit), ``owners`` (keys and ownership),
+``deps``, ``state``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
@@ -32,6 +34,7 @@ from orchestrator.surfaces.http.api import session_router
 from orchestrator.surfaces.http.chat_api import chat_router
 from orchestrator.surfaces.http.deps import Context
 from orchestrator.surfaces.http.errors import BodyLimit, install_handlers
+from orchestrator.surfaces.http.fast import FastReads
 from orchestrator.surfaces.http.inspect_api import inspect_router
 from orchestrator.surfaces.http.owners import Keys, Owners
 from orchestrator.surfaces.http.views import Views, WriteMark
@@ -40,7 +43,7 @@ from orchestrator.surfaces.http.web import web_router
 if TYPE_CHECKING:
     from actors.base import BaseRuntime
 
-__all__ = ["SHUTDOWN_GRACE", "create_app", "serve"]
+__all__ = ["SHUTDOWN_GRACE", "TroupeApp", "create_app", "serve"]
 
 SHUTDOWN_GRACE = 3.0
 """Seconds ``serve`` lets requests finish after a stop signal before it cancels them."""
@@ -102,10 +105,12 @@ def create_app(
         raise UsageError(f"create_app: {error}") from None
     owners = Owners(runtime.store, open_access=not keys.enabled)
     ctx = Context(runtime, agent, keys, owners, heartbeat, throttle, views=Views(idle=follow_idle))
-    app = FastAPI(title=title, description=DESCRIPTION, version="1")
+    app = TroupeApp(title=title, description=DESCRIPTION, version="1")
     install_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(WriteMark, views=ctx.views)
+    app.fast = FastReads(ctx)
+    app.own_middleware = len(app.user_middleware)
     app.include_router(session_router(ctx))
     app.include_router(chat_router(ctx))
     app.include_router(inspect_router(ctx))
@@ -120,6 +125,25 @@ def create_app(
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+class TroupeApp(FastAPI):
+    """The app: FastAPI, with the hot reads answered first (``fast.FastReads``).
+
+    The fast path stands aside once anyone adds middleware of their own (CORS, say): every
+    request then goes through it as through FastAPI.
+    """
+
+    fast: FastReads | None = None
+    own_middleware = 0
+    """How many middleware ``create_app`` added."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a hot read from its view, or pass the request to FastAPI."""
+        fast = self.fast
+        if fast is not None and len(self.user_middleware) == self.own_middleware and await fast(scope, send):
+            return
+        await super().__call__(scope, receive, send)
 
 
 def _streams_and_errors_typed(doc: dict[str, Any]) -> dict[str, Any]:

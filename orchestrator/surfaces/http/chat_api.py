@@ -35,7 +35,7 @@ from orchestrator.surfaces.http.deps import Context, check_session_id
 from orchestrator.surfaces.http.errors import ApiError, ErrorBody, duplicate_message
 from orchestrator.surfaces.http.models import ChatRequest
 from orchestrator.surfaces.http.sse import EventStream, sse_event_schema
-from orchestrator.surfaces.http.views import JsonBytes, json_bytes
+from orchestrator.surfaces.http.views import JsonBytes
 
 if TYPE_CHECKING:
     from actors.client import Session
@@ -241,7 +241,7 @@ def chat_router(ctx: Context) -> APIRouter:
     async def ui_messages(session: Owned) -> list[dict[str, Any]] | Response:
         """The conversation as UIMessages (``useChat({messages})`` after a reload)."""
         if (followed := await ctx.views.current(session)) is not None:
-            return JsonBytes(followed.body("ui", lambda f: json_bytes(to_ui_messages(f.state))))
+            return JsonBytes(followed.body("ui"))
         return to_ui_messages((await session.state()).state)
 
     return router

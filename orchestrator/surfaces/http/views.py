@@ -31,14 +31,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from orchestrator.core.aistate import AIState
 from orchestrator.core.mutations import info_of
+from orchestrator.core.wire import message_to_wire
 from orchestrator.run.log import Snapshot
+from orchestrator.surfaces.http.aisdk import to_ui_messages
 from orchestrator.surfaces.http.sse import PING, RESET, Feed, catch_up, encode_groups, snapshot_event, sse_event
+from orchestrator.surfaces.http.state import state_json
 
 if TYPE_CHECKING:
     from actors.client import LiveView, Mutation, Session
     from orchestrator.core.contract import Contract
 
-__all__ = ["Followed", "JsonBytes", "Views", "WriteMark", "json_bytes", "session_events"]
+__all__ = ["BODIES", "Followed", "JsonBytes", "Views", "WriteMark", "json_bytes", "session_events"]
 
 log = structlog.get_logger(__name__)
 
@@ -56,11 +59,11 @@ class Followed:
     _snapshot: tuple[int, bytes] | None = None
     _bodies: dict[str, tuple[int, bytes]] = field(default_factory=dict)
 
-    def body(self, kind: str, encode: Callable[[Followed], bytes]) -> bytes:
-        """A read's JSON body at ``index``, encoded once per index and kind."""
+    def body(self, kind: str) -> bytes:
+        """A read's JSON body at ``index`` (``BODIES[kind]``), encoded once per index and kind."""
         cached = self._bodies.get(kind)
         if cached is None or cached[0] != self.index:
-            cached = self._bodies[kind] = (self.index, encode(self))
+            cached = self._bodies[kind] = (self.index, BODIES[kind](self))
         return cached[1]
 
     @property
@@ -139,6 +142,16 @@ class JsonBytes(Response):
     """A JSON body encoded already (a view's cached answer)."""
 
     media_type = "application/json"
+
+
+BODIES: dict[str, Callable[[Followed], bytes]] = {
+    "state": lambda f: json_bytes({"state": state_json(f.state), "index": f.index}),
+    "messages": lambda f: json_bytes({"messages": [message_to_wire(m) for m in f.state.messages]}),
+    "info": lambda f: json_bytes(f.info()),
+    "ui": lambda f: json_bytes(to_ui_messages(f.state)),
+}
+"""The JSON body of each read a view answers (``GET .../state``, ``.../messages``, ``.../info``, the
+chat messages), by the kind ``Followed.body`` caches it under."""
 
 
 class Views:

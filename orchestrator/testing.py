@@ -151,6 +151,8 @@ async def eventually(
             try:  # a check that hangs (a call to a dead process) must not outlive the timeout
                 value = await asyncio.wait_for(_awaited(value), max(deadline - loop.time(), 0.0))
             except TimeoutError:
+                if inspect.iscoroutine(value):
+                    value.close()  # out of time before it ran: no "never awaited" warning on a later test
                 raise TimeoutError(f"{_name(predicate, what)} did not hold within {timeout} s") from None
         if value:
             return value

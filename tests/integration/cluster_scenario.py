@@ -271,7 +271,17 @@ async def scenario(workdir: Path, store: str) -> dict[str, Any]:
         followed = on_worker[0]
         follower = asyncio.ensure_future(_follow_sse(base, followed, lines, ready))
         await asyncio.wait_for(ready.wait(), TIMEOUT)  # the snapshot: the server follows the session
-        listeners = await _listeners(store)
+        # The server's store follower opens its LISTEN connection beside the snapshot it serves:
+        # wait for it (on a busy machine it comes a moment later), then take the node away.
+        listening: dict[str, int] = {"count": 0}
+
+        async def listens() -> bool:
+            listening["count"] = await _listeners(store)
+            return listening["count"] >= 1
+
+        with contextlib.suppress(TimeoutError):  # a miss is reported by the test's assertion, with the result
+            await eventually(listens, TIMEOUT, what="the server to listen for the store's commits")
+        listeners = listening["count"]
         cluster.remove_node(worker)
         await gate.open.remote()
         second = await asyncio.to_thread(_driver, "driver-b", address, store)

@@ -40,6 +40,7 @@ from actors.base import BaseRuntime
 from actors.client import Session
 from actors.dedicated import DedicatedLimits, default_max_actors
 from actors.host import HostOptions, SessionHost
+from actors.memory import TRIM_EVERY
 from actors.options import (
     ACTOR_ERRORS,
     DEFAULT_NAMESPACE,
@@ -113,6 +114,7 @@ class Runtime(BaseRuntime):
         follow: Literal["hosts", "store"] = "hosts",
         ray_options: dict[str, Any] | None = None,
         owns: bool | None = None,
+        trim_every: float = TRIM_EVERY,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
             raise UsageError(f"placement must be 'pooled' or 'dedicated', not {placement!r}")
@@ -145,6 +147,7 @@ class Runtime(BaseRuntime):
         if follow not in FOLLOW_MODES:
             raise UsageError(f"follow must be 'hosts' or 'store', not {follow!r}")
         self.follow = follow
+        self.trim_every = trim_every
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.owns = owns
@@ -229,6 +232,7 @@ class Runtime(BaseRuntime):
             flush_budget=self.flush_budget,
             nested_delay=self.nested_delay,
             sqlite_writer=self.sqlite_writer,
+            trim_every=self.trim_every,
             extra={"hosts": self.host_names, "children": self.children},
         )
         self.router = Router(self.namespace, self.host_names, self.placement, children=self.children)
@@ -350,6 +354,7 @@ class Runtime(BaseRuntime):
             "warm": self.warm,
             "max_dedicated": self.max_dedicated,
             "dedicated_wait": self.dedicated_wait,
+            "trim_every": self.trim_every,
         }
 
     # -- operations --------------------------------------------------------------------------------

@@ -182,7 +182,7 @@ async def bench_soak(
     store: str | None = None,
     hosts: int = 2,
     idle_timeout: float = 1.0,
-    sample_every: float = 5.0,
+    sample_every: float | None = None,
     max_slope: float = 5.0,
     trim_every: float = TRIM_EVERY,
     debug: bool = False,
@@ -191,7 +191,8 @@ async def bench_soak(
 ) -> SoakFigures:
     """Run the soak (see the module docstring) for ``minutes`` and return what it measured.
 
-    ``store``: an empty store's URL (default: a SQLite file in ``workdir``). ``trim_every``: the
+    ``store``: an empty store's URL (default: a SQLite file in ``workdir``). ``sample_every``:
+    seconds between two samples (default: 5, or a 24th of a shorter run). ``trim_every``: the
     hosts' ``malloc_trim`` schedule (``Runtime(trim_every=...)``; negative: never).
     """
     scratch = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-soak-"))
@@ -213,7 +214,8 @@ async def bench_soak(
     try:
         agent = shop_agent()
         begun = time.monotonic()
-        sampler = _Sampler(rt, figures, sample_every, begun)
+        every = sample_every if sample_every is not None else min(5.0, max(0.5, total_s / 24))
+        sampler = _Sampler(rt, figures, every, begun)
         sampling = asyncio.ensure_future(sampler.run())
         before: dict[str, dict[str, Any]] = {}
         try:

@@ -111,6 +111,8 @@ COMMANDS = [
     ["bench", "shop"],
     ["bench", "actors"],
     ["bench", "data"],
+    ["bench", "soak"],
+    ["bench", "idle"],
 ]
 
 

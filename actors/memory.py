@@ -128,11 +128,12 @@ class TrimSchedule:
         self.trims = 0
         self._last = clock()
         self._pending = False
+        self._closed = False
         self._task: asyncio.Task[None] | None = None
 
     def note(self) -> None:
         """A session left memory: trim soon (now if the last trim is old enough, else when it is)."""
-        if self.every < 0 or _TRIM is None:
+        if self.every < 0 or _TRIM is None or self._closed:
             return
         self._pending = True
         if self._task is None or self._task.done():
@@ -149,6 +150,7 @@ class TrimSchedule:
             self.trims += 1
 
     def cancel(self) -> None:
-        """Stop a trim that is waiting (the host is shutting down)."""
+        """Stop a trim that is waiting, and trim no more (the host is shutting down)."""
+        self._closed = True
         if self._task is not None:
             self._task.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 
 from actors.memory import TrimSchedule, malloc_trim, memory_report, sqlite_memory
@@ -52,7 +53,13 @@ async def test_deactivations_in_a_burst_cost_one_trim_and_a_later_one_another() 
     schedule.note()  # within 5 s of that trim: it waits for the schedule
     await asyncio.sleep(0.05)
     assert schedule.trims == 1
+    waiting = schedule._task
     schedule.cancel()
+    schedule.note()  # a host shutting down deactivates its sessions: no trim is scheduled any more
+    assert schedule._task is waiting
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    assert waiting.cancelled() and schedule.trims == 1
 
 
 def test_a_negative_schedule_never_trims() -> None:

@@ -147,7 +147,9 @@ class Runtime(BaseRuntime):
         if follow not in FOLLOW_MODES:
             raise UsageError(f"follow must be 'hosts' or 'store', not {follow!r}")
         self.follow = follow
-        self.trim_every = trim_every
+        if isinstance(trim_every, bool) or not isinstance(trim_every, int | float):
+            raise UsageError(f"trim_every must be a number of seconds (negative: never trim), not {trim_every!r}")
+        self.trim_every = float(trim_every)
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.owns = owns

@@ -6,7 +6,10 @@ import asyncio
 import contextlib
 import sqlite3
 
+import pytest
+
 from actors.memory import TrimSchedule, malloc_trim, memory_report, sqlite_memory
+from orchestrator.core.errors import UsageError
 
 
 def test_the_report_counts_live_objects_by_type_and_says_what_a_trim_gave_back() -> None:
@@ -66,3 +69,10 @@ def test_a_negative_schedule_never_trims() -> None:
     schedule = TrimSchedule(every=-1)
     schedule.note()
     assert schedule._task is None and schedule.trims == 0
+
+
+def test_a_trim_schedule_that_is_not_a_number_is_refused_when_the_runtime_is_made() -> None:
+    from actors.runtime import Runtime
+
+    with pytest.raises(UsageError, match="trim_every must be a number of seconds"):
+        Runtime(store="sqlite:////tmp/troupe-never-opened.db", trim_every="5")  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ from actors.directory import HostDirectory
 from actors.errors import SessionMoved
 from actors.hub import MutationHub, WaitFailed
 from actors.logs import default_logging
+from actors.memory import TRIM_EVERY, TrimSchedule, memory_report
 from actors.registry import AgentRegistry
 from actors.schedules import MCP_RESTART
 from actors.subagents import SubAgents
@@ -90,6 +91,8 @@ class HostOptions:
     """How long a long poll lingers after the first mutation, to gather a burst."""
     sqlite_writer: str = "inline"
     """How a host writes a SQLite store: ``thread`` (a writer thread) or ``inline`` (on its loop)."""
+    trim_every: float = TRIM_EVERY
+    """Seconds between two ``malloc_trim`` calls after deactivations (negative: never; ``actors.memory``)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Options for tests (e.g. the host list in pooled mode)."""
 
@@ -125,6 +128,8 @@ class SessionHost:
         self.registry = AgentRegistry(self.store, self.cluster.codec)
         self.hub = MutationHub(linger=options.poll_linger)
         self.pacer = StreamPacer(options.flush_budget)
+        # A process of its own hands the memory its deactivated sessions freed back (actors.memory).
+        self.trim = TrimSchedule(every=-1 if options.extra.get("local") else options.trim_every)
         self.hosted: dict[str, _Hosted] = {}
         self._opening: dict[str, asyncio.Future[_Hosted]] = {}
         self.subagents = SubAgents(self, self.cluster.deliver)
@@ -162,6 +167,15 @@ class SessionHost:
     async def stats(self) -> dict[str, Any]:
         """Active sessions, what the host still holds for them (``held``), and this process's memory."""
         return {"name": self.name, **self.held(), "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+    async def memory(self, top: int = 15, trace: bool | None = None, trim: bool = False) -> dict[str, Any]:
+        """This process's memory for finding a leak: RSS, objects by type, traced lines (``actors.memory``)."""
+        return {
+            "name": self.name,
+            **self.held(),
+            "trims": self.trim.trims,
+            **memory_report(top=top, trace=trace, trim=trim),
+        }
 
     def held(self) -> dict[str, int]:
         """What this host holds now; with no session active and no client, each is zero.
@@ -307,6 +321,7 @@ class SessionHost:
         await hosted.runner.close()
         self.hub.forget(session_id)
         self.directory.mark(session_id)
+        self.trim.note()
         if self.options.placement == "dedicated":
             # The process goes back to the warm pool for the next session.
             self.adopted.discard(session_id)
@@ -499,6 +514,7 @@ class SessionHost:
     async def shutdown(self) -> None:
         """Close every session (used when a runtime that owns this host exits)."""
         self._closing = self.directory.closing = True  # the supervisor is going away too: tell it nothing more
+        self.trim.cancel()
         for task in [self._boot, *self._tasks, *self._turn_watches.values()]:
             if task is not None and not task.done():
                 task.cancel()

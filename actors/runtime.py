@@ -40,6 +40,7 @@ from actors.base import BaseRuntime
 from actors.client import Session
 from actors.dedicated import DedicatedLimits, default_max_actors
 from actors.host import HostOptions, SessionHost
+from actors.memory import TRIM_EVERY
 from actors.options import (
     ACTOR_ERRORS,
     DEFAULT_NAMESPACE,
@@ -119,6 +120,7 @@ class Runtime(BaseRuntime):
         follow: Literal["hosts", "store"] = "hosts",
         ray_options: dict[str, Any] | None = None,
         owns: bool | None = None,
+        trim_every: float = TRIM_EVERY,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
             raise UsageError(f"placement must be 'pooled' or 'dedicated', not {placement!r}")
@@ -151,6 +153,9 @@ class Runtime(BaseRuntime):
         if follow not in FOLLOW_MODES:
             raise UsageError(f"follow must be 'hosts' or 'store', not {follow!r}")
         self.follow = follow
+        if isinstance(trim_every, bool) or not isinstance(trim_every, int | float):
+            raise UsageError(f"trim_every must be a number of seconds (negative: never trim), not {trim_every!r}")
+        self.trim_every = float(trim_every)
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.owns = owns
@@ -235,6 +240,7 @@ class Runtime(BaseRuntime):
             flush_budget=self.flush_budget,
             nested_delay=self.nested_delay,
             sqlite_writer=self.sqlite_writer,
+            trim_every=self.trim_every,
             extra={"hosts": self.host_names, "children": self.children},
         )
         self.router = Router(self.namespace, self.host_names, self.placement, children=self.children)
@@ -357,6 +363,7 @@ class Runtime(BaseRuntime):
             "warm": self.warm,
             "max_dedicated": self.max_dedicated,
             "dedicated_wait": self.dedicated_wait,
+            "trim_every": self.trim_every,
         }
 
     # -- operations --------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ __all__ = [
     "format_shop",
     "memory_settled",
     "shop_agent",
+    "shop_session",
     "verify_turn",
 ]
 
@@ -261,7 +262,7 @@ class MemorySampler:
         self.peak = max(self.peak, self.total())
 
 
-async def _one_session(session: Session, ttfts: list[float]) -> int:
+async def shop_session(session: Session, ttfts: list[float]) -> int:
     """Three turns, watched by a live view; returns the text chunks the view saw."""
     view: LiveView = await session.live()
     waiting: dict[str, Any] = {}
@@ -318,7 +319,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     cpu0, driver0 = MemorySampler.cpu(), MemorySampler.own_cpu()
     with MemorySampler() as memory:
         start = time.perf_counter()
-        delivered = await asyncio.gather(*(_one_session(s, ttfts) for s in sessions))
+        delivered = await asyncio.gather(*(shop_session(s, ttfts) for s in sessions))
         wall = time.perf_counter() - start
     cpu = MemorySampler.cpu() - cpu0 - memory.cpu_s
     driver = MemorySampler.own_cpu() - driver0 - memory.cpu_s

@@ -87,3 +87,20 @@ def test_troupe_bench_shop_runs_sqlite_and_postgresql_side_by_side(workdir: Path
     for by_size in figures.values():
         assert by_size["2"]["sessions_per_s"] > 0 and by_size["2"]["store_bytes_per_session"] > 0
     assert "N=2: postgres sessions/s =" in done.stdout
+
+
+@pytest.mark.slow
+def test_troupe_bench_soak_and_idle(workdir: Path) -> None:
+    out = workdir / "soak.json"
+    args = ("--minutes", "0.25", "--sessions-per-cycle", "2", "--max-slope", "500", "--json", str(out))
+    done = troupe("bench", "soak", *args, cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    figures = json.loads(out.read_text())
+    assert figures["ok"] and figures["served"] > 0 and figures["left_active"] == 0, figures
+    assert "host 0 MB" in done.stdout and "MB per 1,000 sessions served" in done.stdout
+    out = workdir / "idle.json"
+    done = troupe("bench", "idle", "--sessions", "100", "--sample", "10", "--json", str(out), cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    figures = json.loads(out.read_text())
+    assert figures["ok"] and figures["sampled"] == 10 and figures["continued"] == 3, figures
+    assert "reactivation     p50" in done.stdout

@@ -112,6 +112,8 @@ COMMANDS = [
     ["bench", "shop"],
     ["bench", "actors"],
     ["bench", "data"],
+    ["bench", "soak"],
+    ["bench", "idle"],
 ]
 
 

@@ -331,3 +331,89 @@ def bench_http_command(
     _write_json(json_file, figures.summary())
     if not figures.ok:
         fail("a request failed, or an SSE follower lost or repeated an event (see above)")
+
+
+@bench_app.command("soak")
+def bench_soak_command(
+    minutes: Annotated[float, typer.Option(min=0.1, help="How long to cycle sessions (minutes).")] = 30.0,
+    sessions_per_cycle: Annotated[int, typer.Option(min=1, help="New sessions run at once in each cycle.")] = 20,
+    store: Annotated[str | None, typer.Option(help="An empty store's URL (default: a scratch SQLite file).")] = None,
+    hosts: Annotated[int, typer.Option(min=1, help="Host actors (processes) the sessions spread over.")] = 2,
+    max_slope: Annotated[
+        float, typer.Option(min=0, help="Fail above this many MB per 1,000 sessions served, after the warm-up.")
+    ] = 5.0,
+    trim_every: Annotated[
+        float, typer.Option(help="The hosts' malloc_trim schedule in seconds (negative: never; to compare).")
+    ] = 5.0,
+    debug_memory: Annotated[
+        bool, typer.Option("--debug-memory", help="Also report the object types and lines that grew in the hosts.")
+    ] = False,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """Sessions cycled through activate, turns, idle and eviction for M minutes: RSS per host must stay flat."""
+    from actors.bench.soak import SoakSample, bench_soak, format_soak
+
+    console = stdout()
+    console.print(
+        f"bench soak: {minutes:g} min, cycles of {sessions_per_cycle} shop sessions (3 verified turns each) "
+        f"over {hosts} hosts, evicted when idle; bound {max_slope:g} MB per 1,000 sessions"
+    )
+    shown: set[float] = set()
+
+    def progress(sample: SoakSample) -> None:
+        minute = sample.elapsed_s // 60
+        if minute in shown:
+            return
+        shown.add(minute)
+        hosts_mb = ", ".join(f"{mb:.0f}" for mb in sample.hosts_mb.values())
+        console.print(
+            f"minute {minute:.0f}: {sample.served} sessions served, hosts {hosts_mb} MB, "
+            f"driver {sample.driver_mb:.0f} MB",
+            highlight=False,
+        )
+
+    figures = asyncio.run(
+        bench_soak(
+            minutes=minutes,
+            sessions_per_cycle=sessions_per_cycle,
+            store=store,
+            hosts=hosts,
+            max_slope=max_slope,
+            trim_every=trim_every,
+            debug=debug_memory,
+            progress=progress,
+        )
+    )
+    console.print(format_soak(figures), highlight=False, soft_wrap=True)
+    _write_json(json_file, figures.summary())
+    if not figures.ok:
+        fail("the soak failed: memory grew past the bound, a turn was not verified, or a session was not evicted")
+
+
+@bench_app.command("idle")
+def bench_idle_command(
+    sessions: Annotated[
+        int, typer.Option(min=1, help="Idle sessions to create (one turn each, written in bulk).")
+    ] = 50_000,
+    sample: Annotated[int, typer.Option(min=1, help="Sessions reactivated one at a time for the latency.")] = 1000,
+    store: Annotated[str | None, typer.Option(help="An empty store's URL (default: a scratch SQLite file).")] = None,
+    hosts: Annotated[int, typer.Option(min=1, help="Host actors (processes) the sessions are routed over.")] = 2,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """N idle sessions: memory and store bytes each, reactivation latency p50/p99 of a random sample."""
+    from actors.bench.idle import bench_idle, format_idle
+
+    console = stdout()
+    console.print(f"bench idle: {sessions:,} sessions of one turn, {min(sample, sessions):,} reactivated")
+    shown = [0]
+
+    def progress(done: int) -> None:
+        if done - shown[0] >= sessions / 10 or done == sessions:  # about every tenth
+            shown[0] = done
+            console.print(f"{done:,} sessions written", highlight=False)
+
+    figures = asyncio.run(bench_idle(sessions=sessions, sample=sample, store=store, hosts=hosts, progress=progress))
+    console.print(format_idle(figures), highlight=False, soft_wrap=True)
+    _write_json(json_file, figures.summary())
+    if not figures.ok:
+        fail("an idle session did not come back as it was written (see above)")

@@ -527,6 +527,7 @@ class SessionHost:
 
 def _with_writer(url: str, writer: str) -> str:
     """The store URL with the host's SQLite writer (``thread`` is the store's own default)."""
-    if url.startswith("sqlite:") and "?" not in url and writer != "thread":
-        return f"{url}?writer={writer}"
-    return url
+    path, mark, query = url.partition("?")
+    if not url.startswith("sqlite:") or writer == "thread" or any(p.startswith("writer=") for p in query.split("&")):
+        return url  # a URL that names its writer keeps it
+    return f"{path}?{query}&writer={writer}" if mark and query else f"{path}?writer={writer}"

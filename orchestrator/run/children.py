@@ -12,7 +12,7 @@ of its whole run instead, so the parent's copy converges whatever it missed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.core import event_types as ai
@@ -21,7 +21,7 @@ from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.commands import Respond
 from orchestrator.core.parts import NestedRun
 from orchestrator.core.stream import RunSnapshot
-from orchestrator.core.wire import action_to_wire
+from orchestrator.core.wire import action_from_wire, action_to_wire
 from orchestrator.run.agent import Agent
 from orchestrator.run.log import Applied
 
@@ -46,7 +46,14 @@ class ChildRequest:
 
 @dataclass(frozen=True, slots=True)
 class ChildBatch:
-    """What the child's conversation did, for the parent to apply under the call."""
+    """What the child's conversation did, for the parent to apply under the call.
+
+    The actions stay typed from the child's fold to the parent's: a parent in the same process
+    (the default placement of a sub-agent) folds them as they are, and its store encodes them
+    once. Between processes (a pickle: a Ray call) a batch travels in its wire form, and the
+    receiving side keeps that form beside the typed actions, so its store does not encode them
+    again (``wire``).
+    """
 
     call_id: str
     """The parent's delegate call."""
@@ -54,8 +61,20 @@ class ChildBatch:
     """The child's log index after the batch."""
     prev: int | None
     """The previous batch's ``seq`` (``None`` for a snapshot, which stands alone)."""
-    actions: tuple[dict[str, Any], ...]
-    """Wire session actions, relative to the child's own conversation."""
+    actions: tuple[SessionAction, ...]
+    """The child's session actions, relative to its own conversation."""
+    wire: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
+    """``actions`` in their wire form, when this batch was decoded from it (else ``None``)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as wire dicts: plain data, whatever the actions hold (ropes, shared vectors).
+        wire = self.wire if self.wire is not None else tuple(action_to_wire(a) for a in self.actions)
+        return (_batch_from_wire, (self.call_id, self.seq, self.prev, wire))
+
+
+def _batch_from_wire(call_id: str, seq: int, prev: int | None, wire: tuple[dict[str, Any], ...]) -> ChildBatch:
+    """A pickled batch, typed again (trusted: only a Troupe host sends batches)."""
+    return ChildBatch(call_id, seq, prev, tuple(action_from_wire(a) for a in wire), wire)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +142,7 @@ class NestedForwarder:
 
     def snapshot_batch(self, state: AIState, index: int) -> ChildBatch:
         """The whole run as one batch."""
-        return ChildBatch(self.call_id, index, None, (action_to_wire(ApplyPart(run_snapshot(state))),))
+        return ChildBatch(self.call_id, index, None, (ApplyPart(run_snapshot(state)),))
 
     async def snapshot(self, state: AIState, index: int) -> None:
         """Send the whole run (on attach, and after a rewind)."""
@@ -140,7 +159,7 @@ class NestedForwarder:
             return
         if not actions:
             return
-        batch = ChildBatch(self.call_id, index, self.last, tuple(action_to_wire(a) for a in actions))
+        batch = ChildBatch(self.call_id, index, self.last, tuple(actions))
         self.last = index
         await self.deliver(batch)
 

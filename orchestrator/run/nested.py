@@ -23,6 +23,7 @@ from orchestrator.core.approvals import split_nested
 from orchestrator.core.commands import Decision, Respond
 from orchestrator.core.events import Event
 from orchestrator.core.ids import child_session_id
+from orchestrator.core.payloads import Nested
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
 
@@ -101,8 +102,15 @@ class NestedInbox:
                 if ready is None:
                     break
                 if ready.seq > applied:
-                    payload: JsonObject = {"callId": ready.call_id, "seq": ready.seq, "actions": list(ready.actions)}
-                    events.append(Event("", ai.NESTED, payload))
+                    # Typed, folded as they are; the event makes the wire form once, for the store
+                    # (or reuses it, when the batch came in that form from another process).
+                    nested = Nested(ready.call_id, ready.seq, ready.actions)
+                    payload: JsonObject = (
+                        {}
+                        if ready.wire is None
+                        else {"callId": ready.call_id, "seq": ready.seq, "actions": list(ready.wire)}
+                    )
+                    events.append(Event("", ai.NESTED, payload, data=nested))
                     applied = ready.seq
             for key in [k for k in held if k != -1 and held[k].seq <= applied]:
                 del held[key]

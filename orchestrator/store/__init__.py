@@ -54,9 +54,12 @@ _EXAMPLES = {
 def _open_sqlite(url: str) -> EventStore:
     rest, _, query = url[len("sqlite://") :].partition("?")
     options = dict(part.partition("=")[::2] for part in query.split("&") if part)
-    unknown = set(options) - {"writer"}
+    unknown = set(options) - {"writer", "synchronous"}
     if unknown:
-        raise UsageError(f"{url!r}: unknown option(s) {sorted(unknown)}; the one SQLite option is writer=thread|inline")
+        raise UsageError(
+            f"{url!r}: unknown option(s) {sorted(unknown)}; the SQLite options are writer=thread|inline "
+            "and synchronous=normal|full"
+        )
     # SQLAlchemy's forms: sqlite:///rel.db -> "rel.db", sqlite:////abs.db -> "/abs.db".
     if not rest.startswith("/"):
         raise UsageError(
@@ -71,7 +74,9 @@ def _open_sqlite(url: str) -> EventStore:
         )
     if path.endswith("/"):
         raise UsageError(f"{url!r} names a directory: add a file name, e.g. {url}troupe.db")
-    return SqliteStore(path, url=url, writer=options.get("writer", "thread"))
+    return SqliteStore(
+        path, url=url, writer=options.get("writer", "thread"), synchronous=options.get("synchronous", "normal")
+    )
 
 
 def _open_postgres(url: str) -> EventStore:

@@ -32,7 +32,7 @@ from typing import Final
 
 from orchestrator.core.errors import StoreError
 
-__all__ = ["SCHEMA_VERSION", "connect_reader", "connect_writer", "stores_derived_ids"]
+__all__ = ["SCHEMA_VERSION", "SYNCHRONOUS", "connect_reader", "connect_writer", "stores_derived_ids"]
 
 SCHEMA_VERSION: Final = 2
 _BUSY: Final = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -66,13 +66,20 @@ _SCHEMA: Final = (
 )
 
 
-def connect_writer(path: str, *, busy_timeout: float) -> sqlite3.Connection:
-    """Open the write connection: WAL, ``synchronous=NORMAL``, and the schema in place.
+SYNCHRONOUS: Final = ("normal", "full")
+"""The ``synchronous`` settings a store URL may ask for (``sqlite:///x.db?synchronous=full``)."""
+
+
+def connect_writer(path: str, *, busy_timeout: float, synchronous: str = "normal") -> sqlite3.Connection:
+    """Open the write connection: WAL, ``synchronous=NORMAL`` (or ``FULL``), and the schema in place.
 
     WAL lets readers (this process's reader threads, the CLI in another process) run while a
     write transaction is open, and with ``synchronous=NORMAL`` a commit appends to the WAL
     without an fsync: a committed batch survives a process crash (a killed actor), and only an
-    OS crash or power loss can drop the last commits, never corrupt the file.
+    OS crash or power loss can drop the last commits, never corrupt the file. That is what
+    DESIGN §3 asks (events are persisted before their effects: another process, or this one
+    restarted, reads them back). ``synchronous=FULL`` also syncs the WAL at every commit, so an
+    acknowledged batch survives an OS crash or power loss too, for an fsync per group commit.
 
     Raises:
         StoreError: the file cannot be opened, or was written by a newer schema.
@@ -80,7 +87,9 @@ def connect_writer(path: str, *, busy_timeout: float) -> sqlite3.Connection:
     conn = _connect(path, busy_timeout)
     try:
         _set_wal(conn, path, busy_timeout)
-        conn.execute("PRAGMA synchronous = NORMAL")
+        if synchronous not in SYNCHRONOUS:
+            raise StoreError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}")
+        conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
         # A bigger page cache than the 2 MB default keeps the indexes' hot pages in memory.
         conn.execute("PRAGMA cache_size = -16000")
         # Keep the WAL file from staying large after a burst (it is reused, not shrunk, otherwise).

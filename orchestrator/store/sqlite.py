@@ -29,7 +29,7 @@ from orchestrator.core.ids import derived_event_position, derived_event_prefix
 from orchestrator.store._codec import compress, decode
 from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._rules import StoredEvent, conflict, id_range, replay_result
-from orchestrator.store._sqlite_schema import connect_reader, connect_writer, stores_derived_ids
+from orchestrator.store._sqlite_schema import SYNCHRONOUS, connect_reader, connect_writer, stores_derived_ids
 from orchestrator.store._validate import (
     PreparedBatch,
     check_after,
@@ -78,6 +78,7 @@ class SqliteStore:
         readers: int = 4,
         clock: Callable[[], float] = time.time,
         writer: str = "thread",
+        synchronous: str = "normal",
         _after_row: Callable[[int], None] | None = None,
     ) -> None:
         """Open (or create) the store at ``path``; missing parent directories are created.
@@ -93,6 +94,10 @@ class SqliteStore:
             writer: ``thread`` (a writer thread owns the write connection; the default) or
                 ``inline`` (group commit on the event loop that calls it: what session hosts
                 use, where a thread hop per commit costs more than the commit).
+            synchronous: ``normal`` (the default: a commit survives a crash of the process, and
+                only an OS crash or power loss can drop the last commits) or ``full`` (every
+                commit is synced to disk before it is acknowledged: it survives those too, and
+                costs an fsync per group commit). See ``connect_writer``.
             _after_row: test-only hook called on the writer thread after each event row is
                 inserted, with the number of rows this store object has inserted so far; the
                 crash tests use it to kill the process in the middle of a batch.
@@ -109,9 +114,13 @@ class SqliteStore:
         # close() can be collected, and its finalizer stops the writer thread.
         if writer not in ("thread", "inline"):
             raise UsageError(f"writer must be 'thread' or 'inline', not {writer!r}")
+        if synchronous not in SYNCHRONOUS:
+            raise UsageError(f"synchronous must be 'normal' or 'full', not {synchronous!r}")
+        self.synchronous = synchronous
+        """How commits reach the disk (``normal`` or ``full``; see ``connect_writer``)."""
         kind = InlineGroupWriter if writer == "inline" else GroupCommitWriter
         self._writer = kind(
-            functools.partial(_open_writer, self._path, busy_timeout),
+            functools.partial(_open_writer, self._path, busy_timeout, synchronous),
             name="troupe-sqlite-writer",
             describe=self._url,
             busy_timeout=busy_timeout,
@@ -397,9 +406,9 @@ def _checkpointed_size(path: str) -> int:
     return os.path.getsize(path) + (os.path.getsize(wal) if os.path.exists(wal) else 0)
 
 
-def _open_writer(path: str, busy_timeout: float) -> sqlite3.Connection:
+def _open_writer(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    return connect_writer(path, busy_timeout=busy_timeout)
+    return connect_writer(path, busy_timeout=busy_timeout, synchronous=synchronous)
 
 
 def _derived_index(event_id: str, session_id: str) -> int | None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from actors.local import LocalRuntime
 from orchestrator.core.events import Event
 from orchestrator.core.fold import fold_events
-from orchestrator.store import open_store
+from orchestrator.store import SqliteStore, open_store
 from orchestrator.store._pg_schema import SCHEMA_VERSION
 from orchestrator.surfaces.bench.store import three_turn_session
 from orchestrator.surfaces.cli.main import app
@@ -158,4 +158,26 @@ def test_bench_store_runs_sqlite_and_a_throwaway_postgresql_side_by_side(tmp_pat
 def test_bench_store_refuses_a_store_it_cannot_make() -> None:
     result = invoke("bench", "store", "--store", "mysql://somewhere/db")
     assert result.exit_code == 2  # a usage error, like every other
-    assert "give sqlite, postgres (a throwaway server) or a postgresql:// URL" in result.output
+    assert "give sqlite (or sqlite?OPTIONS, e.g. sqlite?synchronous=full), postgres" in result.output
+
+
+def test_bench_sqlite_stores_take_the_urls_options() -> None:
+    from orchestrator.surfaces.bench.scratch import scratch_stores
+
+    async def write(url: str) -> None:
+        store = open_store(url)
+        try:
+            assert isinstance(store, SqliteStore) and store.synchronous == "full"
+            await store.append("s-1", [Event("e-1", "x.note", {})])
+        finally:
+            await store.close()
+
+    with scratch_stores("sqlite?synchronous=full") as scratch:
+        assert scratch.label == "sqlite?synchronous=full"
+        url = scratch.fresh()
+        assert url.startswith("sqlite:///") and url.endswith(".db?synchronous=full")
+        asyncio.run(write(url))
+        path = Path(url.removeprefix("sqlite:///").partition("?")[0])
+        assert path.exists()
+        scratch.drop(url)
+        assert not path.exists()

@@ -2,7 +2,9 @@
 
 ``--store`` names a backend the way a person would:
 
-- ``sqlite`` (the default): SQLite files in a scratch directory.
+- ``sqlite`` (the default): SQLite files in a scratch directory; ``sqlite?synchronous=full`` (any
+  of the SQLite URL's options after the ``?``) opens them with those options, so that two settings
+  can run side by side (``--store sqlite --store 'sqlite?synchronous=full'``).
 - ``postgres``: a throwaway PostgreSQL server (``pg_server``: ``initdb``/``pg_ctl`` in a temporary
   directory, 127.0.0.1 only, ``fsync=off``), stopped and removed at the end.
 - ``postgresql://user@host:port/db``: a server of yours; each store is a new database created
@@ -45,16 +47,17 @@ class Scratch(Protocol):
 
 
 class _SqliteScratch:
-    def __init__(self, directory: Path) -> None:
-        self.label = "sqlite"
+    def __init__(self, directory: Path, query: str = "") -> None:
+        self.label = f"sqlite?{query}" if query else "sqlite"
         self._directory = directory
+        self._query = f"?{query}" if query else ""
         self._count = itertools.count()
 
     def fresh(self) -> str:
-        return f"sqlite:///{self._directory / f'bench-{next(self._count)}.db'}"
+        return f"sqlite:///{self._directory / f'bench-{next(self._count)}.db'}{self._query}"
 
     def drop(self, url: str) -> None:
-        path = url.removeprefix("sqlite:///")
+        path = url.removeprefix("sqlite:///").partition("?")[0]
         for name in (path, f"{path}-wal", f"{path}-shm"):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(name)
@@ -95,10 +98,10 @@ def scratch_stores(kind: str) -> Iterator[Scratch]:
     Raises:
         UsageError: ``kind`` is none of the three forms, or a throwaway server cannot be started.
     """
-    if kind == "sqlite":
+    if kind == "sqlite" or kind.startswith("sqlite?"):
         directory = Path(tempfile.mkdtemp(prefix="troupe-bench-"))
         try:
-            yield _SqliteScratch(directory)
+            yield _SqliteScratch(directory, kind.partition("?")[2])
         finally:
             shutil.rmtree(directory, ignore_errors=True)
     elif kind == "postgres":
@@ -112,4 +115,7 @@ def scratch_stores(kind: str) -> Iterator[Scratch]:
     elif kind.startswith(("postgresql://", "postgres://")):
         yield _PgScratch(kind, describe_url(kind))
     else:
-        raise UsageError(f"--store {kind!r}: give sqlite, postgres (a throwaway server) or a postgresql:// URL")
+        raise UsageError(
+            f"--store {kind!r}: give sqlite (or sqlite?OPTIONS, e.g. sqlite?synchronous=full), "
+            "postgres (a throwaway server) or a postgresql:// URL"
+        )

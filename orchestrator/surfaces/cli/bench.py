@@ -53,7 +53,8 @@ StoresOption = Annotated[
     list[str] | None,
     typer.Option(
         "--store",
-        help="sqlite (default), postgres (a throwaway server), or a postgresql:// URL whose server gets scratch "
+        help="sqlite (default; sqlite?synchronous=full for SQLite URL options), postgres (a throwaway server), "
+        "or a postgresql:// URL whose server gets scratch "
         "databases; repeat to run several side by side.",
     ),
 ]

@@ -45,7 +45,7 @@ from ray.cluster_utils import Cluster
 from actors.bench.chaos_work import ChaosFigures, ChaosPlan, chaos_agent, check_ledgers, check_sessions, drive_session
 from actors.bench.faults import Fault, Faults, answers_again, db_restart
 from actors.runtime import Runtime
-from orchestrator.core.errors import UsageError
+from orchestrator.core.errors import TroupeError, UsageError
 
 __all__ = ["Journal", "run_cluster"]
 
@@ -242,6 +242,7 @@ async def run_cluster(
 
     Raises:
         UsageError: this process is connected to a Ray already (a cluster run needs its own).
+        TroupeError: the cluster's nodes did not start (Ray's fixed 30 s, on an overloaded machine).
     """
     if ray.is_initialized():
         raise UsageError(
@@ -255,12 +256,18 @@ async def run_cluster(
     cluster: Cluster | None = None
     rt: Runtime | None = None
     try:
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 1, "temp_dir": str(root / "ray"), "include_dashboard": False},
-        )
-        worker = cluster.add_node(num_cpus=1) if "node" in figures.kinds else None
-        cluster.wait_for_nodes()
+        try:
+            cluster = Cluster(
+                initialize_head=True,
+                head_node_args={"num_cpus": 1, "temp_dir": str(root / "ray"), "include_dashboard": False},
+            )
+            worker = cluster.add_node(num_cpus=1) if "node" in figures.kinds else None
+            cluster.wait_for_nodes()
+        except Exception as error:  # Ray gives a node 30 s to register, however busy the machine
+            raise TroupeError(
+                f"the chaos run's own Ray cluster did not start ({error}); on a machine this busy, "
+                "run it again when the load is lower"
+            ) from error
         address = cast(str, cluster.address)
         namespace = f"chaos-{uuid.uuid4().hex[:6]}"
         rt = Runtime(store=plan.store, address=address, namespace=namespace, hosts_per_node=plan.hosts, owns=True)

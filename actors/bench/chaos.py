@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -81,8 +82,8 @@ async def bench_chaos(
     Raises:
         UsageError: an unknown kind, or a fault this run cannot inject (``db`` without ``restart_db``).
     """
-    kinds = tuple(k for k in FAULT_KINDS if k in kinds)
     unknown = sorted(set(kinds) - set(FAULT_KINDS))
+    kinds = tuple(k for k in FAULT_KINDS if k in kinds)
     if unknown or not kinds:
         raise UsageError(f"faults must be some of {', '.join(FAULT_KINDS)}, not {unknown or 'none'}")
     if "db" in kinds and restart_db is None:
@@ -92,11 +93,37 @@ async def bench_chaos(
     url = store or f"sqlite:///{scratch}/chaos.db"
     figures = ChaosFigures(sessions, turns, kinds=kinds, store=store_label)
     plan = ChaosPlan(sessions, turns, concurrency, hosts, url, str(scratch))
-    if "driver" in kinds or "node" in kinds:
-        await run_cluster(
-            plan, figures, kill_every=kill_every, faults=faults, seed=seed, limit=limit, restart_db=restart_db
-        )
-        return figures
+    try:
+        if "driver" in kinds or "node" in kinds:
+            await run_cluster(
+                plan, figures, kill_every=kill_every, faults=faults, seed=seed, limit=limit, restart_db=restart_db
+            )
+        else:
+            await _run_local(
+                plan, figures, kill_every=kill_every, faults=faults, seed=seed, limit=limit, restart_db=restart_db
+            )
+    finally:
+        if workdir is None and figures.ok:  # a scratch directory of its own: kept only to look into a failure
+            shutil.rmtree(scratch, ignore_errors=True)
+        elif workdir is None:
+            figures.failures.insert(0, f"the run's ledgers, store and driver logs are kept in {scratch}")
+    return figures
+
+
+async def _run_local(
+    plan: ChaosPlan,
+    figures: ChaosFigures,
+    *,
+    kill_every: float,
+    faults: int | None,
+    seed: int,
+    limit: float,
+    restart_db: Callable[[], None] | None,
+) -> None:
+    """The run in this process's Ray (started unless it is connected to one): host, supervisor and db faults."""
+    scratch = Path(plan.workdir)
+    turns, concurrency, hosts, url = plan.turns, plan.concurrency, plan.hosts, plan.store
+    kinds = figures.kinds
     started = start_local_ray("troupe-chaos")
     rt = Runtime(store=url, namespace=f"chaos-{uuid.uuid4().hex[:6]}", hosts_per_node=hosts)
     await rt.start()
@@ -138,7 +165,6 @@ async def bench_chaos(
         await rt.close()
         if started:
             ray.shutdown()
-    return figures
 
 
 _FAULT_ROWS: Final = {

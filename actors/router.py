@@ -19,7 +19,7 @@ from actors.options import SUPERVISOR_NAME
 from actors.retry import HOST_READY, RetriesExhausted, Schedule, retry
 from orchestrator.core.ids import root_session_id
 
-__all__ = ["Router", "rendezvous", "root_of"]
+__all__ = ["HostNotFound", "Router", "rendezvous", "root_of"]
 
 root_of = root_session_id
 """A sub-agent session's root session (``parent/call/call`` -> ``parent``): ``ids.root_session_id``."""
@@ -37,6 +37,13 @@ def rendezvous(key: str, hosts: Sequence[str]) -> str:
     return best
 
 
+class HostNotFound(ValueError):
+    """No actor is registered under a host's name now: it is being re-created (its node was lost).
+
+    A ``ValueError`` (what ``ray.get_actor`` raises), so code that expects that one still works.
+    """
+
+
 class Router:
     """Host handles by name, and the placement of sessions on them."""
 
@@ -50,10 +57,18 @@ class Router:
         self._supervisor: Any = None
 
     def host(self, name: str) -> Any:
-        """The actor handle of host ``name``."""
+        """The actor handle of host ``name``.
+
+        Raises:
+            HostNotFound: no actor has that name now (it is being re-created on a live node).
+        """
         handle = self._handles.get(name)
         if handle is None:
-            handle = self._handles[name] = ray.get_actor(name, namespace=self.namespace)
+            try:
+                handle = ray.get_actor(name, namespace=self.namespace)
+            except ValueError as error:
+                raise HostNotFound(str(error)) from None
+            self._handles[name] = handle
         return handle
 
     def drop(self, name: str) -> None:
@@ -139,7 +154,9 @@ class Router:
             await self.wait_ready(target)
             return True
 
-        return await retry(attempt, schedule, recover=recover, also=(SessionMoved,))
+        # HostNotFound: the host is being moved off a lost node (looked up between its death and
+        # its re-creation): waited for like a restart, never a failure of the caller's call.
+        return await retry(attempt, schedule, recover=recover, also=(SessionMoved, HostNotFound))
 
     async def wait_ready(self, name: str) -> None:
         """Wait until host ``name`` answers (it may be restarting, or being moved to a live node)."""

@@ -234,32 +234,65 @@ def bench_actors_command(
 def bench_chaos_command(
     sessions: Annotated[int, typer.Option(min=1, help="Sessions to run (each --turns turns in a row).")] = 1000,
     turns: Annotated[int, typer.Option(min=1, help="User turns per session.")] = 3,
-    kill_every: Annotated[float, typer.Option(min=0.2, help="Seconds between two faults (host SIGKILLs).")] = 2.0,
+    kill_every: Annotated[float, typer.Option(min=0.2, help="Seconds between two faults.")] = 2.0,
+    spread: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Inject this many faults, spread evenly over the run's turns, not every --kill-every s."
+        ),
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Sessions running at once.")] = 200,
-    hosts: Annotated[int, typer.Option(min=1, help="Host actors (processes) to spread the sessions over.")] = 2,
+    hosts: Annotated[int, typer.Option(min=1, help="Host actors (processes) per node.")] = 2,
+    store: Annotated[
+        str,
+        typer.Option(help="sqlite (a scratch file), postgres (a throwaway server), or a postgresql:// URL."),
+    ] = "sqlite",
+    faults: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated kinds of fault: host,supervisor,driver,node,db "
+            "(default: all that apply to the store; db only with --store postgres)."
+        ),
+    ] = None,
     limit: Annotated[float, typer.Option(min=1, help="Seconds the whole run may take before it fails.")] = 1800.0,
     seed: Annotated[int, typer.Option(help="Seed of the fault schedule (which host is killed).")] = 7,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
 ) -> None:
-    """Sessions under SIGKILLed hosts and a killed supervisor: no lost input, no repeated report effect."""
+    """Sessions under killed hosts, supervisor, driver, a removed node and a restarted database: nothing lost."""
     from actors.bench.chaos import bench_chaos, format_chaos
+    from actors.bench.faults import FAULT_KINDS
+    from orchestrator.surfaces.bench.chaos_store import chaos_store
 
+    kinds = list(FAULT_KINDS) if faults is None else [k.strip() for k in faults.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown or not kinds:
+        fail(f"--faults {faults!r}: give some of {','.join(FAULT_KINDS)} (comma-separated)")
+    if store != "postgres":
+        if faults is not None and "db" in kinds:
+            fail("--faults db restarts a PostgreSQL server the run starts itself: add --store postgres")
+        kinds = [k for k in kinds if k != "db"]
     console = stdout()
     console.print(
-        f"bench chaos: {sessions} sessions x {turns} turns, a host SIGKILLed every {kill_every:g} s, "
-        "the supervisor killed once"
+        f"bench chaos: {sessions} sessions x {turns} turns, store {store}, faults {','.join(kinds)} "
+        + (f"({spread} spread over the run)" if spread else f"(one every {kill_every:g} s)")
     )
-    figures = asyncio.run(
-        bench_chaos(
-            sessions=sessions,
-            turns=turns,
-            kill_every=kill_every,
-            concurrency=concurrency,
-            hosts=hosts,
-            seed=seed,
-            limit=limit,
+    with chaos_store(store) as (url, label, restart):
+        figures = asyncio.run(
+            bench_chaos(
+                sessions=sessions,
+                turns=turns,
+                kill_every=kill_every,
+                faults=spread,
+                kinds=kinds,
+                store=url,
+                store_label=label,
+                restart_db=restart,
+                concurrency=concurrency,
+                hosts=hosts,
+                seed=seed,
+                limit=limit,
+            )
         )
-    )
     console.print(format_chaos(figures), highlight=False, soft_wrap=True)
     _write_json(json_file, figures.summary())
     if not figures.ok:

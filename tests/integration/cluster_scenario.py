@@ -217,9 +217,18 @@ async def _follow_sse(base: str, session_id: str, lines: list[tuple[float, str]]
 
 
 def _says_done(data: str) -> bool:
-    """Whether an SSE event's mutations carry the text the model streams after the gate."""
+    """Whether an SSE event's mutations carry the text the model streams after the gate.
+
+    It comes as a text ``delta``, or whole: in a ``part`` (a step re-run after the node was lost
+    streams "working... done" into a new part in one write) or a ``message``.
+    """
     mutations = json.loads(data).get("mutations", [])
-    return any("done" in str(m.get("delta", "")) or "done" in json.dumps(m.get("message", "")) for m in mutations)
+    return any(
+        "done" in str(m.get("delta", ""))
+        or "done" in json.dumps(m.get("part", ""))
+        or "done" in json.dumps(m.get("message", ""))
+        for m in mutations
+    )
 
 
 async def _wait_up(base: str, serve: subprocess.Popen[str]) -> None:
@@ -302,6 +311,7 @@ async def scenario(workdir: Path, store: str) -> dict[str, Any]:
             "followed": followed,
             "serve_saw_done": done_at is not None,
             "serve_events": len(lines),
+            "serve_tail": [data[:400] for _, data in lines[-3:]] if done_at is None else [],  # to see a miss
             "listeners": listeners,
         }
     finally:

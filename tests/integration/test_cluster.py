@@ -47,7 +47,7 @@ def test_a_cluster_on_postgresql_survives_a_lost_node_and_a_departed_driver(tmp_
     assert len(before) == 2 and all(count > 0 for count in before.values()), before  # spread over both nodes
     # The server followed a session of the worker through the store: it listens, and saw the turn end
     # after the worker was gone and the session resumed on the head.
-    assert result["listeners"] >= 1 and result["serve_saw_done"], result
+    assert result["listeners"] >= 1 and result["serve_saw_done"], json.dumps(result, indent=1)
     # Driver B, joining after driver A left, reached every session: each first turn had finished
     # (on the head, for the worker's sessions), and a second turn ran on each.
     assert result["nodes_after"] == [result["head"]]

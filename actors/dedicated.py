@@ -239,9 +239,7 @@ class DedicatedPool:
             self._freed[name] = time.monotonic()
             self._linger_soon()
             return
-        self.actors.discard(name)
-        self.counts["stopped"] += 1
-        self._spawn(self.ops.stop(name))
+        self._retire(name)
         self._pump()
 
     def lost(self, name: str) -> None:
@@ -272,10 +270,14 @@ class DedicatedPool:
             if self.free and self.free[0] == oldest and len(self.free) > self.limits.warm:
                 self.free.pop(0)
                 self._freed.pop(oldest, None)
-                self.actors.discard(oldest)
-                self.counts["stopped"] += 1
                 log.info("dedicated_linger_stop", actor=oldest, free=len(self.free), linger_s=self.limits.linger)
-                self._spawn(self.ops.stop(oldest))
+                self._retire(oldest)
+
+    def _retire(self, name: str) -> None:
+        """Stop a free actor the pool no longer keeps."""
+        self.actors.discard(name)
+        self.counts["stopped"] += 1
+        self._spawn(self.ops.stop(name))
 
     def sessions_on(self, name: str) -> list[str]:
         """The sessions assigned to actor ``name``."""

@@ -66,6 +66,46 @@ class Recorded:
     """The log index of the command event."""
 
 
+class _Staging:
+    """The batch ``_commit_locked`` assembles: events stamped and folded one by one, in order.
+
+    A small object rather than a closure that calls itself: a recursive closure is a reference
+    cycle (the function, its cell), so every write's states and events would wait for the cyclic
+    garbage collector instead of being freed at once.
+    """
+
+    __slots__ = ("batch", "now", "runner", "staged", "starts", "state")
+
+    def __init__(self, runner: SessionRunner, state: AIState, now: float) -> None:
+        self.runner = runner
+        self.state = state
+        self.now = now
+        self.batch: list[Event] = []
+        self.staged: list[Applied] = []
+        self.starts: list[Callable[[], None]] = []
+        """What runs once the batch is durable (handlers, steps that wait for the write, tools)."""
+
+    def add(self, new: Sequence[Event]) -> None:
+        runner = self.runner
+        log = runner.log
+        for event in new:
+            state = self.state
+            if stale(state, event):
+                continue  # a late part or end of a step that was stopped or superseded: dropped
+            if event.type == ai.DECIDED:  # a stop ends its running report calls as interrupted first
+                self.add(runner._calls.cut_by_stop(event, state))
+                state = self.state
+            stamped = log.stamp(event, len(self.batch), self.now)
+            folded = log.fold([stamped], state)[0]
+            self.batch.append(stamped)
+            self.staged.append(folded)
+            self.state = state = folded.state
+            scheduled = runner._handlers.schedule(stamped)
+            if scheduled is not None:  # its handler runs once this batch is durable
+                self.add([scheduled])
+                self.starts.append(partial(runner._handlers.start, self.state.due_handlers[stamped.id], stamped))
+
+
 class SessionRunner:
     """Runs a session's turns (see the module docstring). Create with ``open``."""
 
@@ -199,36 +239,15 @@ class SessionRunner:
         starts only once the batch is durable. Call with the lock held.
         """
         log = self.log
-        now = self.clock()
-        batch: list[Event] = []
-        staged: list[Applied] = []
-        state = log.state
-
-        starts: list[Callable[[], None]] = []
-
-        def add(new: Sequence[Event]) -> None:
-            nonlocal state
-            for event in new:
-                if stale(state, event):
-                    continue  # a late part or end of a step that was stopped or superseded: dropped
-                if event.type == ai.DECIDED:  # a stop ends its running report calls as interrupted first
-                    add(self._calls.cut_by_stop(event, state))
-                stamped = log.stamp(event, len(batch), now)
-                folded = log.fold([stamped], state)[0]
-                batch.append(stamped)
-                staged.append(folded)
-                state = folded.state
-                scheduled = self._handlers.schedule(stamped)
-                if scheduled is not None:  # its handler runs once this batch is durable
-                    add([scheduled])
-                    starts.append(partial(self._handlers.start, state.due_handlers[stamped.id], stamped))
-
+        staging = _Staging(self, log.state, self.clock())
+        add = staging.add
+        starts = staging.starts
         add(events)
         early: list[Callable[[AIState], StepWork]] = []
         cancel: str | None = None
         claimed: set[str] = set()
         for _ in range(64):
-            effect = next_effect(state, self.limits)
+            effect = next_effect(staging.state, self.limits)
             if isinstance(effect, Append):
                 add(effect.events)
                 continue
@@ -236,7 +255,7 @@ class SessionRunner:
                 current = self._steps.current
                 if current is not None and current.step_id == effect.step_id:
                     break
-                new, step, may_start_early = self._steps.prepare(effect, state)
+                new, step, may_start_early = self._steps.prepare(effect, staging.state)
                 add(new)
                 if step is not None:
                     if may_start_early:
@@ -249,7 +268,7 @@ class SessionRunner:
                 if call.id in self._calls.running or call.id in claimed:
                     break
                 claimed.add(call.id)
-                new, start = self._calls.prepare(call, state)
+                new, start = self._calls.prepare(call, staging.state)
                 add(new)
                 if start is not None:
                     starts.append(start)
@@ -262,7 +281,8 @@ class SessionRunner:
         # A model step starts while its start is written: the model's first tokens take longer
         # than the write, and its parts are queued behind this batch, so they are still durable
         # only after it. (The model call is no side effect to guard; tools start after the write.)
-        speculative = [step(state) for step in early]
+        speculative = [step(staging.state) for step in early]
+        batch, staged = staging.batch, staging.staged
         if batch:
             try:
                 result = await log.commit(batch, staged)

@@ -190,9 +190,13 @@ class Session:
         self.runtime = runtime
         self.id = session_id
         self.agent_key = agent_key
-        self.queue = Queue(self)
 
     # -- calls -------------------------------------------------------------------------------------
+
+    @property
+    def queue(self) -> Queue:
+        """Operations on the pending inputs (made on use: kept, it would be a reference cycle)."""
+        return Queue(self)
 
     async def _call(self, method: str, *args: Any) -> Any:
         await self.runtime.ready_agent(self.agent_key)

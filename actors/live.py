@@ -149,7 +149,6 @@ class LiveView(Generic[SessionT, TurnT]):
         self.session = session
         self.view = ClientView()
         self.changed = asyncio.Event()
-        self.queue = LiveQueue(self)
         self._subscription: _Feed | None = None
         self._task: asyncio.Task[None] | None = None
         self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []
@@ -161,6 +160,11 @@ class LiveView(Generic[SessionT, TurnT]):
         """The log index ``confirmed`` reflects (past the last mutation's when later events changed nothing shown)."""
         self.indicator: str | None = None
         """``AIState.indicator`` as the server has it (``"compacting"`` while a compaction runs)."""
+
+    @property
+    def queue(self) -> LiveQueue:
+        """``Session.queue`` through this view (made on use: kept, it would be a reference cycle)."""
+        return LiveQueue(self)
 
     async def start(self) -> None:
         """Subscribe first, then load the snapshot, then apply what arrived after it."""

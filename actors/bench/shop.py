@@ -291,6 +291,7 @@ async def shop_session(session: Session, ttfts: list[float]) -> int:
             assert view.view.state.messages[-2].text == prompt, f"{session.id} turn {number}: the prompt is missing"
             delivered += verify_turn(reply)
     finally:
+        view.listeners.remove(seen)  # the listener refers to the view: a cycle left to the collector
         await view.close()
     if delivered != CHUNKS_PER_TURN * len(PROMPTS):
         raise AssertionError(f"{session.id}: {delivered} chunks delivered, expected {CHUNKS_PER_TURN * len(PROMPTS)}")

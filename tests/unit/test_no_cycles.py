@@ -34,8 +34,11 @@ ENGINE_TYPES = {
     "Stream",
     "ApplyPart",
     "TurnFinished",
+    "Session",
+    "LiveView",
+    "ClientView",
 }
-"""What the engine makes on every write: none of these may be left to the collector."""
+"""What the engine makes on every write, and the client's handles: none may be left to the collector."""
 
 
 @pytest.fixture
@@ -62,16 +65,21 @@ def _garbage() -> Counter[str]:
     return kinds
 
 
-async def test_turns_with_tools_and_a_sub_agent_leave_no_engine_garbage(
+async def test_turns_with_tools_a_sub_agent_and_a_live_view_leave_no_garbage(
     tmp_path: object, collected: list[object]
 ) -> None:
     async with LocalRuntime(store=f"sqlite:///{tmp_path}/s.db") as rt:
         session = rt.session("s-1", agent=shop_agent())
         _garbage()  # what opening the runtime made
+        view = await session.live()
         for prompt in PROMPTS:
             turn = await session.prompt(prompt)
             result = await asyncio.wait_for(turn.finished, TIMEOUT)
             assert result.success, result
+            await view.wait_for(lambda v, at=result.index: v.index >= at, TIMEOUT)
+        assert view.queue is not view.queue  # made on use (kept, it would be a cycle)
+        await view.close()
+        del view, session
         kinds = _garbage()
     assert not ENGINE_TYPES & set(kinds), f"left to the cycle collector: {dict(kinds.most_common(12))}"
 

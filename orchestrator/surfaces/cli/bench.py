@@ -6,7 +6,6 @@ a scratch directory, with telemetry off.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import importlib
@@ -17,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from orchestrator.surfaces.cli.common import fail, stdout
+from orchestrator.surfaces.cli.common import fail, run_async, stdout
 
 __all__ = ["ACTORS_BENCH", "bench_app", "load_actors_bench", "parse_sizes"]
 
@@ -74,7 +73,7 @@ def bench_store_command(
     results = []
     for kind in store or ["sqlite"]:
         with scratch_stores(kind) as scratch:
-            result = asyncio.run(bench_store(scratch, parts=parts, sessions=sessions))
+            result = run_async(bench_store(scratch, parts=parts, sessions=sessions))
         stdout().print(format_store_bench(result), highlight=False, soft_wrap=True)
         results.append(result)
     _write_json(json_file, results if len(results) > 1 else results[0])
@@ -152,7 +151,7 @@ def bench_shop_command(
                 labels[kind] = scratch.label
                 url = scratch.fresh()
                 try:
-                    ran = asyncio.run(
+                    ran = run_async(
                         bench_shop(
                             counts,
                             repeats=1,
@@ -225,7 +224,7 @@ def bench_actors_command(
 ) -> None:
     """Sub-agents across Ray actors: nested parts/s, time to the first nested part, recovery from a killed host."""
     bench, show = load_actors_bench()
-    result = asyncio.run(bench(parts=parts, trials=trials, recoveries=recoveries))
+    result = run_async(bench(parts=parts, trials=trials, recoveries=recoveries))
     stdout().print(show(result), highlight=False, soft_wrap=True)
     _write_json(json_file, result)
 
@@ -277,7 +276,7 @@ def bench_chaos_command(
         + (f"({spread} spread over the run)" if spread else f"(one every {kill_every:g} s)")
     )
     with chaos_store(store) as (url, label, restart):
-        figures = asyncio.run(
+        figures = run_async(
             bench_chaos(
                 sessions=sessions,
                 turns=turns,
@@ -318,7 +317,7 @@ def bench_data_command(
         )
 
     console.print(f"bench data: {rows} rows, Ray Data with {concurrency} actor(s) x {in_flight} in flight")
-    runs = asyncio.run(
+    runs = run_async(
         bench_data(rows, concurrency=concurrency, in_flight=in_flight, batch_size=batch_size, progress=progress)
     )
     console.print(format_data(runs), highlight=False, soft_wrap=True)
@@ -349,7 +348,7 @@ def bench_http_command(
         f"bench http: {sessions} sessions, {followers} SSE followers, {requests} requests over {connections} "
         f"connections ({'in process' if local else 'on a local Ray'}{'' if url is None else ', at ' + url})"
     )
-    figures = asyncio.run(
+    figures = run_async(
         bench_http(
             sessions=sessions,
             followers=followers,
@@ -406,7 +405,7 @@ def bench_soak_command(
             highlight=False,
         )
 
-    figures = asyncio.run(
+    figures = run_async(
         bench_soak(
             minutes=minutes,
             sessions_per_cycle=sessions_per_cycle,
@@ -446,7 +445,7 @@ def bench_idle_command(
             shown[0] = done
             console.print(f"{done:,} sessions written", highlight=False)
 
-    figures = asyncio.run(bench_idle(sessions=sessions, sample=sample, store=store, hosts=hosts, progress=progress))
+    figures = run_async(bench_idle(sessions=sessions, sample=sample, store=store, hosts=hosts, progress=progress))
     console.print(format_idle(figures), highlight=False, soft_wrap=True)
     _write_json(json_file, figures.summary())
     if not figures.ok:

@@ -37,6 +37,7 @@ from orchestrator.surfaces.cli.common import (
     LocalOption,
     StoreOption,
     load_target,
+    run_async,
     started_runtime,
     stdout,
 )
@@ -521,4 +522,4 @@ def chat_command(
                 if installed:
                     loop.remove_signal_handler(signal.SIGINT)
 
-    raise typer.Exit(asyncio.run(go()))
+    raise typer.Exit(run_async(go()))

@@ -28,6 +28,7 @@ from orchestrator.surfaces.cli.common import (
     LocalOption,
     StoreOption,
     load_target,
+    run_async,
     started_runtime,
     stdout,
 )
@@ -93,7 +94,7 @@ def run_command(
                 results = await run_many(runtime, main_agent, base, sessions, prompts, console)
             return all(result.success for _, _, result in results)
 
-    raise typer.Exit(0 if asyncio.run(go()) else 1)
+    raise typer.Exit(0 if run_async(go()) else 1)
 
 
 async def run_one(

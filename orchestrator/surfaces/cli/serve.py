@@ -7,7 +7,6 @@ API keys come from ``--api-key`` (repeatable), the config's ``runtime.api_keys``
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from orchestrator.surfaces.cli.common import (
     StoreOption,
     fail,
     load_target,
+    loop_runner,
     started_runtime,
     stderr,
     stdout,
@@ -103,13 +103,5 @@ def serve_command(
         runner.run(serve_config(main_agent, settings, host=host, port=port, api_keys=keys, store=store, local=local))
 
 
-def server_runner() -> asyncio.Runner:
-    """The event loop a server runs in: uvloop's when it is installed (its sockets and timers are C).
-
-    Under 500 SSE streams the default loop spent a fifth of the server's time in its transports' ``write``.
-    """
-    try:
-        import uvloop
-    except ImportError:  # a platform without it (Windows): the default loop
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+server_runner = loop_runner
+"""The event loop a server runs in (``common.loop_runner``: uvloop's when it is installed)."""

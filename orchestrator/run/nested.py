@@ -4,8 +4,9 @@ A sub-agent (a child session) reports what its conversation did as ``ChildBatch`
 applied under the parent's delegate call as one ``ai.nested`` event. Batches may arrive out of
 order (async Ray calls) and more than once (a retry, a snapshot after a failover), so the inbox
 holds each call's batches by the ``seq`` they follow and releases only the next in line. Nested
-batches are on no latency path: the first one waits ``delay`` so that several go out in one
-write, and any write that happens meanwhile takes them along.
+batches are on no latency path: the first one waits ``delay`` (longer while the process has many
+steps streaming: the pace of its stream writes, ``StreamPacer``) so that several go out in one
+write, as one event, and any write that happens meanwhile takes them along.
 
 Answers to a sub-agent's approval (``respond_nested``) go the other way, to the child session.
 """
@@ -26,6 +27,7 @@ from orchestrator.core.ids import child_session_id
 from orchestrator.core.payloads import Nested
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
+from orchestrator.run.pacing import StreamPacer
 
 __all__ = ["NestedInbox", "respond_nested"]
 
@@ -39,6 +41,7 @@ class NestedInbox:
         request_drain: Callable[[], None],
         draining: Callable[[], bool],
         delay: float,
+        pacer: StreamPacer | None = None,
     ) -> None:
         """Hold nothing yet; the session's write path is reached through the callables.
 
@@ -47,11 +50,13 @@ class NestedInbox:
             request_drain: asks the session for its next write (which calls ``take``).
             draining: whether a write is being assembled or in flight (it takes the batches along).
             delay: how long the first held batch waits for company before it asks for a write.
+            pacer: the process's stream-write budget: under load the wait grows to its pace.
         """
         self._tools = tools
         self._request_drain = request_drain
         self._draining = draining
         self.delay = delay
+        self.pacer = pacer
         self._held: dict[str, dict[int, ChildBatch]] = {}
         self._timer: asyncio.TimerHandle | None = None
 
@@ -68,7 +73,8 @@ class NestedInbox:
         # Nested batches are not on any latency path: wait a moment so several go out in one
         # write (a write that happens meanwhile takes them along anyway).
         if self._timer is None and not self._draining():
-            self._timer = asyncio.get_running_loop().call_later(self.delay, self._due)
+            delay = self.delay if self.pacer is None else self.pacer.interval(self.delay)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._due)
 
     def cancel_timer(self) -> None:
         """A write is starting: it takes the held batches along, so the timer is not needed."""
@@ -91,32 +97,48 @@ class NestedInbox:
         return False
 
     def take(self) -> list[Event]:
-        """NESTED events for every held batch that is next in its call's sequence."""
+        """NESTED events for the held batches that are next in their call's sequence.
+
+        The batches of one call that are due together go out as one event (their actions in
+        order, the last one's ``seq``): folding it is folding them one by one, and a write
+        costs per event (a fold, a store row, the mutations for subscribers).
+        """
         events: list[Event] = []
         tools = self._tools()
         for call_id, held in list(self._held.items()):
             record = tools.get(call_id)
             applied = record.child_seq if record is not None else 0
+            run: list[ChildBatch] = []
             while True:
                 ready = held.pop(-1, None) or held.pop(applied, None)
                 if ready is None:
                     break
                 if ready.seq > applied:
-                    # Typed, folded as they are; the event makes the wire form once, for the store
-                    # (or reuses it, when the batch came in that form from another process).
-                    nested = Nested(ready.call_id, ready.seq, ready.actions)
-                    payload: JsonObject = (
-                        {}
-                        if ready.wire is None
-                        else {"callId": ready.call_id, "seq": ready.seq, "actions": list(ready.wire)}
-                    )
-                    events.append(Event("", ai.NESTED, payload, data=nested))
+                    if run and (ready.wire is None) != (run[-1].wire is None):
+                        events.append(_nested_event(run))  # typed and wire forms go in events of their own
+                        run = []
+                    run.append(ready)
                     applied = ready.seq
+            if run:
+                events.append(_nested_event(run))
             for key in [k for k in held if k != -1 and held[k].seq <= applied]:
                 del held[key]
             if not held:
                 del self._held[call_id]
         return events
+
+
+def _nested_event(run: list[ChildBatch]) -> Event:
+    """One NESTED event for consecutive batches of one call (all typed, or all with their wire form)."""
+    last = run[-1]
+    actions = last.actions if len(run) == 1 else tuple(a for batch in run for a in batch.actions)
+    # Typed, folded as they are; the event makes the wire form once, for the store (or reuses
+    # it, when the batches came in that form from another process).
+    nested = Nested(last.call_id, last.seq, actions)
+    payload: JsonObject = {}
+    if last.wire is not None:
+        payload = {"callId": last.call_id, "seq": last.seq, "actions": [w for batch in run for w in batch.wire or ()]}
+    return Event("", ai.NESTED, payload, data=nested)
 
 
 async def respond_nested(

@@ -153,7 +153,7 @@ class SessionRunner:
         self._draining = False
         self._background: set[asyncio.Task[Any]] = set()
         self._nested = NestedInbox(
-            lambda: me.log.state.tools, lambda: me._request_drain(), lambda: me._draining, nested_delay
+            lambda: me.log.state.tools, lambda: me._request_drain(), lambda: me._draining, nested_delay, self.pacer
         )
         self._ledger = TurnLedger(log.state)
         self.listeners.append(self._ledger.listen)

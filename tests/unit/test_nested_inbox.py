@@ -1,0 +1,66 @@
+"""A parent's inbox writes the batches of one delegate call that are due together as one ``ai.nested`` event.
+
+Folding that event is folding the batches one by one (the actions in order, then the last
+``seq``), so the state is the same while a write costs one event instead of one per batch.
+"""
+
+from __future__ import annotations
+
+from orchestrator.core.actions import ApplyPart, SessionAction
+from orchestrator.core.aistate import ToolRecord
+from orchestrator.core.payloads import Nested
+from orchestrator.core.stream import MessageStart, TextDelta
+from orchestrator.core.wire import action_to_wire
+from orchestrator.run.children import ChildBatch
+from orchestrator.run.nested import NestedInbox
+
+
+def _inbox(applied: int = 0) -> tuple[NestedInbox, dict[str, ToolRecord]]:
+    tools = {"call-1": ToolRecord("call-1", "delegate_to_researcher", "turn-1", "running", child_seq=applied)}
+    return NestedInbox(lambda: tools, lambda: None, lambda: True, 0.01), tools
+
+
+def _batch(seq: int, prev: int | None, *actions: SessionAction, wire: bool = False) -> ChildBatch:
+    return ChildBatch("call-1", seq, prev, actions, tuple(action_to_wire(a) for a in actions) if wire else None)
+
+
+START = ApplyPart(MessageStart("r-1"))
+DELTAS = [ApplyPart(TextDelta(f"R00{i}", "r-1")) for i in range(4)]
+
+
+async def test_consecutive_batches_of_a_call_go_out_as_one_event() -> None:
+    inbox, _ = _inbox()
+    inbox.deliver(_batch(3, 2, DELTAS[1]))  # out of order: held until 2 arrives
+    inbox.deliver(_batch(2, 0, START, DELTAS[0]))
+    inbox.deliver(_batch(5, 3, DELTAS[2], DELTAS[3]))
+    events = inbox.take()
+    assert len(events) == 1
+    nested = events[0].data
+    assert isinstance(nested, Nested)
+    assert (nested.call_id, nested.seq) == ("call-1", 5)
+    assert nested.actions == (START, DELTAS[0], DELTAS[1], DELTAS[2], DELTAS[3])
+    assert inbox.take() == []  # nothing held
+
+
+async def test_a_gap_holds_the_later_batches_and_applied_ones_are_dropped() -> None:
+    inbox, _ = _inbox(applied=2)
+    inbox.deliver(_batch(2, 0, START, DELTAS[0]))  # already applied (a repeat)
+    inbox.deliver(_batch(3, 2, DELTAS[1]))
+    inbox.deliver(_batch(6, 5, DELTAS[3]))  # 5 has not arrived
+    events = inbox.take()
+    assert [(e.data.seq, e.data.actions) for e in events if isinstance(e.data, Nested)] == [(3, (DELTAS[1],))]
+
+
+async def test_typed_and_wire_batches_go_in_events_of_their_own_with_their_wire_form() -> None:
+    inbox, _ = _inbox()
+    inbox.deliver(_batch(2, 0, START, DELTAS[0], wire=True))
+    inbox.deliver(_batch(3, 2, DELTAS[1], wire=True))
+    inbox.deliver(_batch(4, 3, DELTAS[2]))
+    first, second = inbox.take()
+    assert first.payload == {
+        "callId": "call-1",
+        "seq": 3,
+        "actions": [action_to_wire(a) for a in (START, DELTAS[0], DELTAS[1])],
+    }
+    assert isinstance(second.data, Nested) and (second.data.seq, second.data.actions) == (4, (DELTAS[2],))
+    assert second.payload["seq"] == 4 and second.payload["callId"] == "call-1"  # made from the typed form

@@ -18,21 +18,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import random
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
-import ray
 
-from actors.bench.local_ray import start_local_ray
+from actors.bench.local_ray import bench_runtime
 from actors.runtime import Runtime
 from orchestrator.core.events import Event
 from orchestrator.core.ids import new_id
@@ -184,16 +179,9 @@ async def bench_idle(
     ``store``: an empty store's URL (default: a SQLite file in ``workdir``); ``batch``: sessions
     per ``append_many``.
     """
-    scratch = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-idle-"))
-    os.makedirs(scratch, exist_ok=True)
     figures = IdleFigures(sessions)
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = start_local_ray("troupe-idle")
     run_id = uuid.uuid4().hex[:6]
-    rt = Runtime(store=store or f"sqlite:///{scratch}/idle.db", namespace=f"idle-{run_id}", hosts_per_node=hosts)
-    await rt.start()
-    try:
+    async with bench_runtime("idle", workdir, store, namespace=f"idle-{run_id}", hosts_per_node=hosts) as (rt, _):
         agent = idle_agent()
         first = rt.session(f"idle-{run_id}-template", agent=agent)
         result = await (await first.prompt(FIRST)).finished
@@ -223,12 +211,6 @@ async def bench_idle(
         figures.memory_per_session_kb = round((after - before) * 1024 / sessions, 3)
         figures.hosts_mb = {n: round(v, 1) for n, v in hosts_after.items()}
         figures.driver_mb = round(driver_after, 1)
-    finally:
-        await rt.close()
-        if started:
-            ray.shutdown()
-        if workdir is None:
-            shutil.rmtree(scratch, ignore_errors=True)
     return figures
 
 

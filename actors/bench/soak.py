@@ -24,20 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import psutil
-import ray
 
-from actors.bench.local_ray import start_local_ray
+from actors.bench.local_ray import bench_runtime
 from actors.bench.shop import PROMPTS, shop_agent, shop_session
 from actors.memory import TRIM_EVERY, memory_report
 from actors.runtime import Runtime
@@ -195,23 +190,11 @@ async def bench_soak(
     seconds between two samples (default: 5, or a 24th of a shorter run). ``trim_every``: the
     hosts' ``malloc_trim`` schedule (``Runtime(trim_every=...)``; negative: never).
     """
-    scratch = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-soak-"))
-    os.makedirs(scratch, exist_ok=True)
     total_s = minutes * 60
     figures = SoakFigures(minutes, sessions_per_cycle, max_slope, warmup_s=min(300.0, total_s / 4))
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    started = start_local_ray("troupe-soak")
     run_id = uuid.uuid4().hex[:6]
-    rt = Runtime(
-        store=store or f"sqlite:///{scratch}/soak.db",
-        namespace=f"soak-{run_id}",
-        hosts_per_node=hosts,
-        idle_timeout=idle_timeout,
-        trim_every=trim_every,
-    )
-    await rt.start()
-    try:
+    options = {"hosts_per_node": hosts, "idle_timeout": idle_timeout, "trim_every": trim_every}
+    async with bench_runtime("soak", workdir, store, namespace=f"soak-{run_id}", **options) as (rt, _):
         agent = shop_agent()
         begun = time.monotonic()
         every = sample_every if sample_every is not None else min(5.0, max(0.5, total_s / 24))
@@ -238,12 +221,6 @@ async def bench_soak(
         if debug:
             figures.debug = _growth(before, await _debug_memory(rt, trim=True))
         _slopes(figures)
-    finally:
-        await rt.close()
-        if started:
-            ray.shutdown()
-        if workdir is None:
-            shutil.rmtree(scratch, ignore_errors=True)
     return figures
 
 

@@ -196,10 +196,14 @@ class SessionRunner:
         results) goes out together in the next one: group commit at the session level, so the
         number of writes follows what the store can take rather than how many producers there are.
         """
+        return await self._queue_write(events)
+
+    def _queue_write(self, events: Sequence[Event]) -> asyncio.Future[list[Applied]]:
+        """``_append`` without waiting: the future resolves once the write holding ``events`` is durable."""
         future: asyncio.Future[list[Applied]] = asyncio.get_running_loop().create_future()
         self._queue.append((events, future))
         self._request_drain()
-        return await future
+        return future
 
     def _request_drain(self) -> None:
         if not self._draining and not self._closed:

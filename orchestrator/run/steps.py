@@ -70,6 +70,10 @@ class StepHost(Protocol):
         """Queue ``events`` for the session's next write; return once it is durable."""
         ...
 
+    def _queue_write(self, events: Sequence[Event]) -> asyncio.Future[list[Applied]]:
+        """Queue ``events`` for the session's next write; the future resolves once it is durable."""
+        ...
+
     def _kick(self) -> None:
         """Ask the session to plan again (a step ended)."""
         ...
@@ -480,7 +484,7 @@ class _StepStream:
         """Where the flush timer runs (the pacer's: the loop's, or a test's fake)."""
         self.parts: list[AgentStreamPart] = []
         self.timer: Timer | None = None
-        self.flushing: asyncio.Task[None] | None = None
+        self.flushing: asyncio.Future[list[Applied]] | None = None
         self.interval = runner.flush_interval  # the first text goes out fast; later batches grow
         self.pacer: StreamPacer | None = runner.pacer
         self.pacer.enter()
@@ -501,7 +505,14 @@ class _StepStream:
     def _on_timer(self) -> None:
         self.timer = None
         if self.parts and (self.flushing is None or self.flushing.done()):
-            self.flushing = asyncio.ensure_future(self._flush())
+            # Queued now, not from a task of its own: the batch joins the session's next write
+            # without waiting a turn of the loop (``close`` awaits it before the step's last one).
+            self.flushing = self.runner._queue_write(self._events())
+
+    def _events(self, extra: Sequence[Event] = ()) -> list[Event]:
+        parts = self._take()
+        events = [Event("", ai.STREAM, data=Stream(self.step_id, parts=parts))] if parts else []
+        return [*events, *extra]
 
     def _take(self) -> tuple[AgentStreamPart, ...]:
         parts, self.parts = self.parts, []
@@ -511,12 +522,11 @@ class _StepStream:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        parts = self._take()
-        events = [Event("", ai.STREAM, data=Stream(self.step_id, parts=parts))] if parts else []
-        if events or extra:
+        events = self._events(extra)
+        if events:
             # Queued with whatever else the session writes next; if the step was stopped or
             # superseded meanwhile, these are dropped when the write is assembled.
-            await self.runner._append([*events, *extra])
+            await self.runner._append(events)
 
     async def close(self, final: Sequence[Event]) -> None:
         """Flush what is left together with the step's final events, in one batch."""

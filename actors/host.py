@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,10 @@ class HostOptions:
     """How long a long poll lingers after the first mutation, to gather a burst."""
     sqlite_writer: str = "inline"
     """How a host writes a SQLite store: ``thread`` (a writer thread) or ``inline`` (on its loop)."""
+    switch_interval: float = 0.001
+    """Seconds the host's event loop may hold the interpreter lock while Ray's task thread waits for it
+    (``sys.setswitchinterval``; Python's default is 0.005). Every call into the host passes through that
+    thread: under load, at 5 ms a call could wait several of those slices before it reached the loop."""
     trim_every: float = TRIM_EVERY
     """Seconds between two ``malloc_trim`` calls after deactivations (negative: never; ``actors.memory``)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -120,6 +125,7 @@ class SessionHost:
         if not options.extra.get("local"):
             default_logging()  # a process of its own: stderr, warnings, unless configured (actors.logs)
             tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.run.gc_tuning)
+            sys.setswitchinterval(options.switch_interval)
         self.name = name
         self.options = options
         mcp_connections.configure(MCP_RESTART.delay)  # this host's MCP servers restart on its schedule
@@ -166,7 +172,12 @@ class SessionHost:
 
     async def stats(self) -> dict[str, Any]:
         """Active sessions, what the host still holds for them (``held``), and this process's memory."""
-        return {"name": self.name, **self.held(), "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+        return {
+            "name": self.name,
+            **self.held(),
+            "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "switch_interval": sys.getswitchinterval(),
+        }
 
     async def memory(self, top: int = 15, trace: bool | None = None, trim: bool = False) -> dict[str, Any]:
         """This process's memory for finding a leak: RSS, objects by type, traced lines (``actors.memory``)."""

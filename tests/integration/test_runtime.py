@@ -77,6 +77,14 @@ def assert_nested_two_levels(messages: Any, priced: str = "Mugs cost 4.99.") -> 
 
 
 @pytest.mark.slow
+async def test_hosts_hand_the_interpreter_lock_to_rays_task_thread_sooner(runtime: Runtime) -> None:
+    # Every call into a host passes through Ray's task thread, which waits for the lock the
+    # host's busy event loop holds: hosts shorten Python's 5 ms switch interval (HostOptions).
+    for host in await runtime.hosts():
+        stats = await asyncio.wait_for(host.stats.remote(), TIMEOUT)
+        assert stats["switch_interval"] == pytest.approx(0.001)
+
+
 async def test_fifty_sessions_delegating_two_levels_deep(runtime: Runtime) -> None:
     agent = delegating()
 

@@ -174,7 +174,7 @@ def _diff_message(old: AgentMessage, new: AgentMessage, path: tuple[str, ...], o
         if type(part) is ToolPart and type(previous) is ToolPart and previous.id == part.id:
             if _only_agent_changed(previous, part):
                 assert part.agent is not None and previous.agent is not None
-                _diff_run(previous.agent, part.agent, (*path, part.id), out)
+                _diff_nested(previous.agent, part.agent, (*path, part.id), new.revision, out)
                 continue
             rope, old_rope = part.input_rope, previous.input_rope
             if (
@@ -189,9 +189,23 @@ def _diff_message(old: AgentMessage, new: AgentMessage, path: tuple[str, ...], o
             whole = part_to_wire_message(part, with_agent=previous.agent is None)
             out.append({"type": "part", "part": whole, **base})
             if previous.agent is not None and part.agent is not None and previous.agent is not part.agent:
-                _diff_run(previous.agent, part.agent, (*path, part.id), out)
+                _diff_nested(previous.agent, part.agent, (*path, part.id), new.revision, out)
             continue
         out.append({"type": "part", "part": part_to_wire_message(part), **base})
+
+
+def _diff_nested(old: NestedRun, new: NestedRun, path: tuple[str, ...], revision: int, out: list[Mutation]) -> None:
+    """A nested run's mutations, each saying the revision its ancestors' messages end at (``above``).
+
+    The fold counts a message's revision once per change under it, and one event can change a
+    nested run several times over what a diff sends as one mutation (two batches' deltas of one
+    text, a message with its first text): ``above`` lets a client end at the host's revision
+    rather than count mutations. Outermost first; a deeper run's mutations get theirs in front.
+    """
+    mark = len(out)
+    _diff_run(old, new, path, out)
+    for mutation in out[mark:]:
+        mutation["above"] = [revision, *mutation.get("above", ())]
 
 
 def _text_grew(old: object, new: object) -> bool:
@@ -263,7 +277,7 @@ def _apply(run: SessionState | NestedRun, mutation: Mapping[str, Any], path: lis
                     changed = _apply(nested, mutation, path[1:])
                     assert isinstance(changed, NestedRun)
                     rebuilt = (*message.parts[:pi], part.with_agent(changed), *message.parts[pi + 1 :])
-                    return _with(run, messages.set(mi, revised(message, rebuilt)))
+                    return _with(run, messages.set(mi, _above(message, rebuilt, mutation, path)))
         return run
     kind = mutation.get("type")
     if kind == "status":
@@ -311,6 +325,17 @@ def _apply(run: SessionState | NestedRun, mutation: Mapping[str, Any], path: lis
             updated = AgentMessage(message.id, message.role, tuple(parts), revision, message.metadata)
             return _with(run, messages.set(mi, updated))
     return run
+
+
+def _above(
+    message: AgentMessage, parts: tuple[MessagePart, ...], mutation: Mapping[str, Any], path: list[str]
+) -> AgentMessage:
+    """An ancestor ``message`` of a nested change, at the revision the mutation says (``_diff_nested``)."""
+    above = mutation.get("above")
+    depth = len(mutation.get("path") or ()) - len(path)
+    if not above or depth >= len(above):
+        return revised(message, parts)  # from a host that does not say: count it
+    return AgentMessage(message.id, message.role, parts, int(above[depth]), message.metadata)
 
 
 def _with(run: SessionState | NestedRun, messages: PVec[AgentMessage]) -> SessionState | NestedRun:

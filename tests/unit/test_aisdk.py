@@ -210,7 +210,10 @@ async def test_a_nested_sub_agent_two_levels_deep(server: tuple[LiveServer, Loca
 
 
 async def test_preliminary_outputs_are_throttled() -> None:
-    """Without a throttle every change of the nested run is sent; with one, at most one per interval."""
+    """Without a throttle every change of the nested run is sent; with one, at most one per interval.
+
+    (A change is what one parent write applies: the sub-agent's batches due together go in one.)
+    """
     async with LocalRuntime("memory://", flush_parts=1) as rt:
         for throttle in (0.0, 60.0):
             app = create_app(rt, shopper, throttle=throttle)
@@ -224,7 +227,7 @@ async def test_preliminary_outputs_are_throttled() -> None:
             preliminary = [c for c in chunks if c.get("preliminary")]
             texts = [c["output"]["text"] for c in preliminary]
             if throttle == 0.0:
-                assert len(preliminary) >= 3 and "First, " in texts and texts[-1] == "First, then more."
+                assert len(preliminary) >= 2 and "First, " in texts and texts[-1] == "First, then more."
                 assert texts == sorted(texts, key=len)  # each shows more of the run
             else:
                 assert len(preliminary) == 1  # the first is immediate; later ones wait for the interval

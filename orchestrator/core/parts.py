@@ -62,22 +62,26 @@ _new = object.__new__
 _setattr = object.__setattr__
 
 
-class _Frozen:
-    """Immutability for the hand-written value classes (dataclasses do this themselves)."""
-
-    __slots__ = ()
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable; build a new one instead")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
+def _refuse_set(self: object, name: str, value: object) -> None:
+    raise AttributeError(f"{type(self).__name__} is immutable; build a new one instead")
 
 
-class TextPart(_Frozen):
+def _refuse_delete(self: object, name: str) -> None:
+    raise AttributeError(f"{type(self).__name__} is immutable")
+
+
+# Immutability for the hand-written value classes (dataclasses do this themselves) is set in each
+# class rather than inherited from a mixin: the reducer's hot path builds a ToolPart in a plain
+# draft class and seals it into its class (``orchestrator.core._fast``), which CPython allows only
+# between classes with the same base.
+
+
+class TextPart:
     """Text the assistant (or the user) wrote. Deltas append to the last text part of a message."""
 
     __slots__ = ("_buf", "_size", "id")
+    __setattr__ = _refuse_set
+    __delattr__ = _refuse_delete
 
     id: str
     """Stable part id: ``<message id>:<position>``, so a client can replace the part in place."""
@@ -170,7 +174,7 @@ class NestedRun:
             object.__setattr__(self, "messages", PVec(self.messages))
 
 
-class ToolPart(_Frozen):
+class ToolPart:
     """A tool call and what became of it.
 
     ``input`` is the complete, model-provided input once the call is known. While the model is
@@ -180,6 +184,8 @@ class ToolPart(_Frozen):
     """
 
     __slots__ = ("_input", "_input_text", "agent", "error", "id", "name", "output", "prompt", "state")
+    __setattr__ = _refuse_set
+    __delattr__ = _refuse_delete
 
     id: str
     """The tool call id, unique in the session; also the idempotency key for side effects."""

@@ -23,7 +23,7 @@ from typing import Any, TypeAlias, overload
 from orchestrator.core._fast import check_draft
 from orchestrator.core._json import JsonValue
 from orchestrator.core._pvec import PVec
-from orchestrator.core._rope import Rope, TextBuffer
+from orchestrator.core._rope import FLATTEN_CHUNKS, Rope, TextBuffer, lock_acquire, lock_release
 from orchestrator.core.parts import AgentMessage, MessagePart, NestedRun, RunStatus, SessionError, TextPart, ToolPart
 from orchestrator.core.state import SessionState
 from orchestrator.core.stream import TextDelta
@@ -33,7 +33,6 @@ __all__ = ["append_text", "with_call_agent"]
 Run: TypeAlias = SessionState | NestedRun
 
 _new = object.__new__
-_grow = TextBuffer.grow
 
 
 class _TextDraft:
@@ -111,8 +110,21 @@ def append_text(run: Run, part: TextDelta) -> Run | None:
     draft = _TextDraft()
     draft.id = text.id
     length = text._size
-    draft._buf = _grow(text._buf, length, delta)
-    draft._size = length + len(delta)
+    buf = text._buf
+    end = length + len(delta)
+    lock_acquire()
+    try:
+        newest = length == buf._size
+        if newest:  # TextBuffer.grow's usual case, written out
+            buf._size = end
+            chunks = buf._chunks
+            chunks.append(delta)
+            if end >= buf._flatten_at and len(chunks) >= FLATTEN_CHUNKS:
+                buf._flatten()
+    finally:
+        lock_release()
+    draft._buf = buf if newest else buf.grow(length, delta)
+    draft._size = end
     draft.__class__ = TextPart  # type: ignore[assignment]  # sealed
     new_text: TextPart = draft  # type: ignore[assignment]
 

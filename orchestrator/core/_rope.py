@@ -14,12 +14,14 @@ from __future__ import annotations
 import threading
 
 _LOCK = threading.Lock()
-_acquire = _LOCK.acquire  # bound once: cheaper than ``with _LOCK`` on the streaming path
-_release = _LOCK.release
+lock_acquire = _LOCK.acquire
+"""Take the lock every buffer's appends and reads hold (bound once: cheaper than ``with``)."""
+lock_release = _LOCK.release
+"""Release it (``orchestrator.core._hotpath`` appends to a buffer itself, under this lock)."""
 
 # Join pending chunks once there are this many and they add at least a quarter of the joined
 # text: the copy cost stays linear overall and small chunks do not pile up in memory.
-_FLATTEN_CHUNKS = 128
+FLATTEN_CHUNKS = 128
 
 
 class TextBuffer:
@@ -62,17 +64,17 @@ class TextBuffer:
         That is this buffer, appended to in place, when ``size`` is its end (the newest version
         grows: the streaming hot path); otherwise a new buffer (an older version branches).
         """
-        _acquire()
+        lock_acquire()
         try:
             if size == self._size:
                 self._size = end = size + len(delta)
                 chunks = self._chunks
                 chunks.append(delta)
-                if end >= self._flatten_at and len(chunks) >= _FLATTEN_CHUNKS:
+                if end >= self._flatten_at and len(chunks) >= FLATTEN_CHUNKS:
                     self._flatten()
                 return self
         finally:
-            _release()
+            lock_release()
         return TextBuffer(self.read(size) + delta)
 
 

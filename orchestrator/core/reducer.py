@@ -213,30 +213,30 @@ def _find_call(run: Run, call_id: str) -> list[_Frame] | None:
 def _follow(run: Run, ids: tuple[str, ...]) -> list[_Frame] | None:
     """The path along call ids ``ids``, each one inside the previous one's nested run."""
     path: list[_Frame] = []
-    deepest = len(ids) - 1
-    for depth, call_id in enumerate(ids):
-        found = _find_top_call(run.messages, call_id)
-        if found is None:
-            return None
-        mi, message, pi, call = found
-        path.append((run, mi, message, pi, call))
-        if depth < deepest:
+    for call_id in ids:
+        if path:
+            call = path[-1][4]
             if call.agent is None:
                 return None
             run = call.agent
+        messages = run.messages
+        last = messages.last
+        if last is not None:  # the usual place first: the call the last message ends with
+            parts = last.parts
+            tail = parts[-1] if parts else None
+            if type(tail) is ToolPart and tail.id == call_id:
+                path.append((run, len(messages) - 1, last, len(parts) - 1, tail))
+                continue
+        found = _find_top_call(messages, call_id)
+        if found is None:
+            return None
+        path.append((run, *found))
     path.reverse()
     return path or None
 
 
 def _find_top_call(messages: Messages, call_id: str) -> tuple[int, AgentMessage, int, ToolPart] | None:
     """The newest top-level call ``call_id``: its message's index, the message, its part's index, it."""
-    last = messages.last
-    if last is None:
-        return None
-    parts = last.parts
-    tail = parts[-1] if parts else None
-    if type(tail) is ToolPart and tail.id == call_id:  # the usual place: the call the message ends with
-        return len(messages) - 1, last, len(parts) - 1, tail
     at = messages.at
     for mi in range(len(messages) - 1, -1, -1):
         message = at(mi)

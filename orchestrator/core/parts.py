@@ -2,8 +2,10 @@
 
 All of them are immutable. They are built on the reducer's hot path (once per stream part), so
 construction never validates: validation happens where data enters (``orchestrator.core.wire``).
-``TextPart`` and ``ToolPart`` keep their growing text in a ``Rope`` so streaming a long text stays
-linear; everything else is a frozen slotted dataclass.
+``TextPart`` and ``ToolPart`` keep their growing text in an append buffer shared between versions
+(``orchestrator.core._rope``: the part holds the buffer and a length itself, a call's streaming
+arguments are a ``Rope``) so streaming a long text stays linear; everything else is a frozen
+slotted dataclass.
 """
 
 from __future__ import annotations

@@ -2,16 +2,16 @@
 
 Every stream part produces a new session state, and a session may hold 10,000 messages. A tuple
 would copy all of them on every text-delta; this vector (a 32-way trie with a separate tail, the
-Clojure design) copies only the path it touches: updating or appending near the end copies one
-small tuple, anywhere else at most ``log32(n)`` of them. Old versions stay valid and unchanged.
+Clojure design) copies only the path it touches: appending or updating near the end copies one
+small tuple, anywhere else at most ``log32(n)`` of them, and replacing the last item (what
+streaming does, once per stream part) copies none, since the last item is kept apart from the
+tail. Old versions stay valid and unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, overload
-
-from orchestrator.core._fast import slot_setter
 
 T = TypeVar("T")
 
@@ -32,16 +32,19 @@ def _new_path(level: int, node: _Node) -> _Node:
 class PVec(Sequence[T], Generic[T]):
     """An immutable sequence with cheap ``append`` and ``set`` that return new vectors."""
 
-    __slots__ = ("_ids", "_root", "_shift", "_size", "_tail")
+    # The tail leaf is kept as ``_tail`` (all but its last item) and ``_last``: replacing the last
+    # item, which streaming does once per stream part, then copies no tuple at all.
+    __slots__ = ("_ids", "_last", "_root", "_shift", "_size", "_tail")
 
     _ids: dict[Any, int]
+    _last: Any
     _root: _Node
     _shift: int
     _size: int
     _tail: _Node
 
     def __new__(cls, items: Iterable[T] = ()) -> PVec[T]:
-        vec = _EMPTY if cls is PVec and _EMPTY is not None else _make(0, _BITS, (), (), {})
+        vec = _EMPTY if cls is PVec and _EMPTY is not None else _make(0, _BITS, (), (), None, {})
         for item in items:
             vec = vec.append(item)
         return vec
@@ -55,9 +58,11 @@ class PVec(Sequence[T], Generic[T]):
         size = self._size
         return 0 if size < _WIDTH else ((size - 1) >> _BITS) << _BITS
 
-    def _leaf_for(self, i: int) -> _Node:
-        if i >= self._tail_offset():
-            return self._tail
+    def _tail_leaf(self) -> _Node:
+        """The whole tail leaf, last item included (empty for an empty vector)."""
+        return (*self._tail, self._last) if self._size else ()
+
+    def _trie_leaf(self, i: int) -> _Node:
         node = self._root
         level = self._shift
         while level > 0:
@@ -79,42 +84,49 @@ class PVec(Sequence[T], Generic[T]):
             index += size
         if not 0 <= index < size:
             raise IndexError("PVec index out of range")
-        leaf = self._leaf_for(index)
-        item: T = leaf[index & _MASK]
-        return item
+        return self.at(index)
 
     def at(self, index: int) -> T:
         """The item at a non-negative ``index`` (no slices, no negatives: the fast path)."""
         size = self._size
         offset = 0 if size < _WIDTH else ((size - 1) >> _BITS) << _BITS
         if index >= offset:
-            item: T = self._tail[index - offset]
-            return item
+            tail = self._tail
+            j = index - offset
+            if j < len(tail):
+                item: T = tail[j]
+                return item
+            if index == size - 1:
+                last: T = self._last
+                return last
+            raise IndexError("PVec index out of range")
         if index < 0:
             raise IndexError("PVec.at takes a non-negative index")
-        return self._leaf_for(index)[index & _MASK]  # type: ignore[no-any-return]
+        return self._trie_leaf(index)[index & _MASK]  # type: ignore[no-any-return]
 
     def _iter_range(self, start: int, stop: int, step: int) -> Iterator[T]:
+        at = self.at
         for i in range(start, stop, step):
-            yield self._leaf_for(i)[i & _MASK]
+            yield at(i)
 
     def __iter__(self) -> Iterator[T]:
-        size = self._size
-        i = 0
-        while i < size:
-            leaf = self._leaf_for(i)
-            yield from leaf
-            i += len(leaf)
+        offset = self._tail_offset()
+        for i in range(0, offset, _WIDTH):
+            yield from self._trie_leaf(i)
+        yield from self._tail
+        if self._size:
+            yield self._last
 
     def __reversed__(self) -> Iterator[T]:
+        at = self.at
         for i in range(self._size - 1, -1, -1):
-            yield self._leaf_for(i)[i & _MASK]
+            yield at(i)
 
     @property
     def last(self) -> T | None:
         """The last item, or ``None`` when empty (the hot path: the newest message)."""
-        tail = self._tail
-        return tail[-1] if tail else None
+        last: T | None = self._last
+        return last
 
     def index_of_id(self, key: Any) -> int | None:
         """The index of the item whose ``id`` is ``key`` (``None`` if there is none).
@@ -142,15 +154,18 @@ class PVec(Sequence[T], Generic[T]):
         size = self._size
         ids = self._ids if size else {}  # a new vector (from empty) starts a map of its own
         ids[getattr(item, "id", None)] = size
+        if not size:
+            return _make(1, self._shift, self._root, (), item, ids)
         if size - self._tail_offset() < _WIDTH:
-            return _make(size + 1, self._shift, self._root, (*self._tail, item), ids)
+            return _make(size + 1, self._shift, self._root, (*self._tail, self._last), item, ids)
+        full = (*self._tail, self._last)
         shift = self._shift
         if (size >> _BITS) > (1 << shift):
-            root = (self._root, _new_path(shift, self._tail))
+            root = (self._root, _new_path(shift, full))
             shift += _BITS
         else:
-            root = self._push_tail(shift, self._root, self._tail)
-        return _make(size + 1, shift, root, (item,), ids)
+            root = self._push_tail(shift, self._root, full)
+        return _make(size + 1, shift, root, (), item, ids)
 
     def _push_tail(self, level: int, parent: _Node, tail: _Node) -> _Node:
         sub = ((self._size - 1) >> level) & _MASK
@@ -171,23 +186,26 @@ class PVec(Sequence[T], Generic[T]):
             raise IndexError("PVec index out of range")
         ids = self._ids
         ids[getattr(item, "id", None)] = index
+        if index == size - 1:
+            return _make(size, self._shift, self._root, self._tail, item, ids)
         offset = self._tail_offset()
         if index >= offset:
             tail = self._tail
             j = index - offset
-            return _make(size, self._shift, self._root, (*tail[:j], item, *tail[j + 1 :]), ids)
-        return _make(size, self._shift, _assoc(self._shift, self._root, index, item), self._tail, ids)
+            return _make(size, self._shift, self._root, (*tail[:j], item, *tail[j + 1 :]), self._last, ids)
+        root = _assoc(self._shift, self._root, index, item)
+        return _make(size, self._shift, root, self._tail, self._last, ids)
 
     def set_last(self, item: T) -> PVec[T]:
-        """A new vector whose last item is ``item`` (the streaming hot path)."""
-        tail = self._tail
-        if not tail:
+        """A new vector whose last item is ``item`` (the streaming hot path: no copying)."""
+        size = self._size
+        if not size:
             raise IndexError("set_last on an empty PVec")
         ids = self._ids
         key = getattr(item, "id", None)
-        if key is not getattr(tail[-1], "id", None):  # the streaming path keeps the same id object
-            ids[key] = self._size - 1
-        return _make(self._size, self._shift, self._root, (*tail[:-1], item), ids)
+        if key is not getattr(self._last, "id", None):  # the streaming path keeps the same id object
+            ids[key] = size - 1
+        return _make(size, self._shift, self._root, self._tail, item, ids)
 
     def take(self, n: int) -> PVec[T]:
         """The first ``n`` items (``self`` when that is all of them)."""
@@ -224,22 +242,20 @@ def _assoc(level: int, node: _Node, index: int, item: object) -> _Node:
 
 
 _new = object.__new__
-_set_size = slot_setter(PVec, "_size")
-_set_shift = slot_setter(PVec, "_shift")
-_set_root = slot_setter(PVec, "_root")
-_set_tail = slot_setter(PVec, "_tail")
-_set_ids = slot_setter(PVec, "_ids")
 
 
-def _make(size: int, shift: int, root: _Node, tail: _Node, ids: dict[Any, int]) -> PVec[Any]:
+def _make(size: int, shift: int, root: _Node, tail: _Node, last: Any, ids: dict[Any, int]) -> PVec[Any]:
+    # PVec has no ``__setattr__`` of its own (it is immutable by its API), so plain stores work
+    # and are the cheapest construction there is (a specialised slot store each).
     vec: PVec[Any] = _new(PVec)
-    _set_size(vec, size)
-    _set_shift(vec, shift)
-    _set_root(vec, root)
-    _set_tail(vec, tail)
-    _set_ids(vec, ids)
+    vec._size = size
+    vec._shift = shift
+    vec._root = root
+    vec._tail = tail
+    vec._last = last
+    vec._ids = ids
     return vec
 
 
 _EMPTY: PVec[Any] | None = None
-_EMPTY = _make(0, _BITS, (), (), {})
+_EMPTY = _make(0, _BITS, (), (), None, {})

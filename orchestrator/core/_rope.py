@@ -2,7 +2,9 @@
 
 A text part grows by one small delta per stream part. Building ``old + delta`` each time copies the
 whole text, which is quadratic over a long reply. Instead every version of a growing text is a
-``Rope``: a length into a shared, append-only ``_Buffer``. The newest version appends in place
+length into a shared, append-only ``TextBuffer``: a ``Rope`` (a tool call's streaming arguments),
+or a ``TextPart`` itself, which holds the buffer and the length in its own slots (one object
+fewer per text delta on the reducer's hot path). The newest version appends in place
 (amortised O(1)); appending to an older version (a branch) copies once and starts a new buffer.
 Old versions never see later appends because they only read their own length.
 """
@@ -12,25 +14,31 @@ from __future__ import annotations
 import threading
 
 _LOCK = threading.Lock()
+lock_acquire = _LOCK.acquire
+"""Take the lock every buffer's appends and reads hold (bound once: cheaper than ``with``)."""
+lock_release = _LOCK.release
+"""Release it (``orchestrator.core._hotpath`` appends to a buffer itself, under this lock)."""
 
 # Join pending chunks once there are this many and they add at least a quarter of the joined
 # text: the copy cost stays linear overall and small chunks do not pile up in memory.
-_FLATTEN_CHUNKS = 128
+FLATTEN_CHUNKS = 128
 
 
-class _Buffer:
-    __slots__ = ("_chunks", "_flat", "_pending", "_size")
+class TextBuffer:
+    """The shared, append-only text behind every version of one growing text."""
+
+    __slots__ = ("_chunks", "_flat", "_flatten_at", "_size")
 
     def __init__(self, text: str) -> None:
         self._flat = text
         self._chunks: list[str] = []
-        self._pending = 0  # characters held in _chunks
         self._size = len(text)
+        self._flatten_at = _flatten_size(len(text))
 
     def _flatten(self) -> None:
-        self._flat = self._flat + "".join(self._chunks)
+        self._flat = flat = self._flat + "".join(self._chunks)
         self._chunks.clear()
-        self._pending = 0
+        self._flatten_at = _flatten_size(len(flat))
 
     def read(self, size: int) -> str:
         with _LOCK:
@@ -50,17 +58,29 @@ class _Buffer:
             return flat[start:stop]
         return self.read(stop)[start:]
 
-    def grow(self, size: int, delta: str) -> _Buffer:
-        """The buffer that holds this buffer's first ``size`` characters followed by ``delta``."""
-        with _LOCK:
+    def grow(self, size: int, delta: str) -> TextBuffer:
+        """The buffer that holds this buffer's first ``size`` characters followed by ``delta``.
+
+        That is this buffer, appended to in place, when ``size`` is its end (the newest version
+        grows: the streaming hot path); otherwise a new buffer (an older version branches).
+        """
+        lock_acquire()
+        try:
             if size == self._size:
-                self._chunks.append(delta)
-                self._size += len(delta)
-                self._pending += len(delta)
-                if len(self._chunks) >= _FLATTEN_CHUNKS and self._pending * 4 >= len(self._flat):
+                self._size = end = size + len(delta)
+                chunks = self._chunks
+                chunks.append(delta)
+                if end >= self._flatten_at and len(chunks) >= FLATTEN_CHUNKS:
                     self._flatten()
                 return self
-        return _Buffer(self.read(size) + delta)
+        finally:
+            lock_release()
+        return TextBuffer(self.read(size) + delta)
+
+
+def _flatten_size(flat: int) -> int:
+    """The size at which pending chunks add a quarter of a flat text of length ``flat``."""
+    return flat + (flat + 3) // 4
 
 
 class Rope:
@@ -69,13 +89,13 @@ class Rope:
     __slots__ = ("_buf", "_size")
 
     def __init__(self, text: str = "") -> None:
-        self._buf = _Buffer(text)
+        self._buf = TextBuffer(text)
         self._size = len(text)
 
     def __add__(self, delta: str) -> Rope:
         if not delta:
             return self
-        rope: Rope = object.__new__(Rope)
+        rope: Rope = _new(Rope)
         rope._buf = self._buf.grow(self._size, delta)
         rope._size = self._size + len(delta)
         return rope
@@ -105,3 +125,6 @@ class Rope:
 
     def __reduce__(self) -> tuple[type[Rope], tuple[str]]:
         return (Rope, (str(self),))
+
+
+_new = object.__new__

@@ -2,8 +2,10 @@
 
 All of them are immutable. They are built on the reducer's hot path (once per stream part), so
 construction never validates: validation happens where data enters (``orchestrator.core.wire``).
-``TextPart`` and ``ToolPart`` keep their growing text in a ``Rope`` so streaming a long text stays
-linear; everything else is a frozen slotted dataclass.
+``TextPart`` and ``ToolPart`` keep their growing text in an append buffer shared between versions
+(``orchestrator.core._rope``: the part holds the buffer and a length itself, a call's streaming
+arguments are a ``Rope``) so streaming a long text stays linear; everything else is a frozen
+slotted dataclass.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any, ClassVar, Literal, TypeAlias, cast
 from orchestrator.core._fast import slot_setter
 from orchestrator.core._json import JsonObject, JsonValue, partial_json
 from orchestrator.core._pvec import PVec
-from orchestrator.core._rope import Rope
+from orchestrator.core._rope import Rope, TextBuffer
 
 __all__ = [
     "ERROR_CODES",
@@ -62,58 +64,71 @@ _new = object.__new__
 _setattr = object.__setattr__
 
 
-class _Frozen:
-    """Immutability for the hand-written value classes (dataclasses do this themselves)."""
-
-    __slots__ = ()
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable; build a new one instead")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
+def _refuse_set(self: object, name: str, value: object) -> None:
+    raise AttributeError(f"{type(self).__name__} is immutable; build a new one instead")
 
 
-class TextPart(_Frozen):
+def _refuse_delete(self: object, name: str) -> None:
+    raise AttributeError(f"{type(self).__name__} is immutable")
+
+
+# Immutability for the hand-written value classes (dataclasses do this themselves) is set in each
+# class rather than inherited from a mixin: the reducer's hot path builds a ToolPart in a plain
+# draft class and seals it into its class (``orchestrator.core._fast``), which CPython allows only
+# between classes with the same base.
+
+
+class TextPart:
     """Text the assistant (or the user) wrote. Deltas append to the last text part of a message."""
 
-    __slots__ = ("_text", "id")
+    __slots__ = ("_buf", "_size", "id")
+    __setattr__ = _refuse_set
+    __delattr__ = _refuse_delete
 
     id: str
     """Stable part id: ``<message id>:<position>``, so a client can replace the part in place."""
-    _text: Rope
+    # The text is the first ``_size`` characters of ``_buf``, shared with the part's other versions
+    # (see ``orchestrator.core._rope``; this is a ``Rope`` inlined, one object fewer per delta).
+    _buf: TextBuffer
+    _size: int
 
     type: ClassVar[Literal["text"]] = "text"
 
     def __init__(self, id: str, text: str = "") -> None:
         _setattr(self, "id", id)
-        _setattr(self, "_text", Rope(text))
+        _setattr(self, "_buf", TextBuffer(text))
+        _setattr(self, "_size", len(text))
 
     @property
     def text(self) -> str:
         """The text so far."""
-        return str(self._text)
+        return self._buf.read(self._size)
 
     @property
     def length(self) -> int:
         """The text's length, without building the string."""
-        return len(self._text)
+        return self._size
 
     def text_from(self, start: int) -> str:
         """The text from ``start`` on (a delta), without joining what comes before."""
-        return self._text.tail(start)
+        return self._buf.read_range(start, self._size)
 
     def extended(self, delta: str) -> TextPart:
         """This part with ``delta`` appended (amortised O(len(delta)))."""
         part: TextPart = _new(TextPart)
         _text_id(part, self.id)
-        _text_rope(part, self._text + delta)
+        _text_buf(part, self._buf.grow(self._size, delta) if delta else self._buf)
+        _text_size(part, self._size + len(delta))
         return part
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TextPart):
             return NotImplemented
-        return self.id == other.id and self._text == other._text
+        return (
+            self.id == other.id
+            and self._size == other._size
+            and (self._buf is other._buf or self.text == other.text)  # one buffer: the same text
+        )
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -125,7 +140,8 @@ class TextPart(_Frozen):
 
 
 _text_id = slot_setter(TextPart, "id")
-_text_rope = slot_setter(TextPart, "_text")
+_text_buf = slot_setter(TextPart, "_buf")
+_text_size = slot_setter(TextPart, "_size")
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +176,7 @@ class NestedRun:
             object.__setattr__(self, "messages", PVec(self.messages))
 
 
-class ToolPart(_Frozen):
+class ToolPart:
     """A tool call and what became of it.
 
     ``input`` is the complete, model-provided input once the call is known. While the model is
@@ -170,6 +186,8 @@ class ToolPart(_Frozen):
     """
 
     __slots__ = ("_input", "_input_text", "agent", "error", "id", "name", "output", "prompt", "state")
+    __setattr__ = _refuse_set
+    __delattr__ = _refuse_delete
 
     id: str
     """The tool call id, unique in the session; also the idempotency key for side effects."""

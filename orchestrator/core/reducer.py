@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, assert_never
 
 from orchestrator.core._fast import slot_setter
+from orchestrator.core._hotpath import append_text, with_call_agent
 from orchestrator.core._pvec import PVec
 from orchestrator.core.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase, Within
 from orchestrator.core.parts import (
@@ -94,7 +95,12 @@ def session_reducer(state: SessionState, action: SessionAction) -> SessionState:
     """
     if type(action) is ApplyPart:
         if action.within is None:
-            result: SessionState = _apply(state, action.part)
+            part = action.part
+            if type(part) is TextDelta:
+                appended = append_text(state, part)
+                if appended is not None:
+                    return appended
+            result: SessionState = _apply(state, part)
             return result
         return _apply_within(state, action.part, action.within)
     match action:
@@ -166,73 +172,79 @@ def _apply(run: Any, part: AgentStreamPart) -> Any:
 
 
 def _apply_within(state: SessionState, part: AgentStreamPart, within: Within) -> SessionState:
-    path = _find_call(state.messages, within) if isinstance(within, str) else _follow(state.messages, within)
-    if path is None:
+    found = _find_call(state, within) if isinstance(within, str) else _follow(state, within)
+    if found is None:
         return state
-    return _apply_at(state, path, 0, part)  # type: ignore[no-any-return]
+    _, _, _, _, call = found[0]
+    nested = call.agent
+    run = _apply(nested if nested is not None else NestedRun(), part)
+    if run is nested:
+        return state
+    for outer, index, message, at, call in found:
+        run = with_call_agent(outer, index, message, at, call, run)
+    return run  # type: ignore[no-any-return]
 
 
-def _apply_at(run: Any, path: list[tuple[int, int]], depth: int, part: AgentStreamPart) -> Any:
-    mi, pi = path[depth]
-    messages: Messages = run.messages
-    message = messages.at(mi)
-    call = message.parts[pi]
-    assert type(call) is ToolPart
-    nested = call.agent if call.agent is not None else NestedRun()
-    if depth + 1 == len(path):
-        new_nested = _apply(nested, part)
-    else:
-        new_nested = _apply_at(nested, path, depth + 1, part)
-    if new_nested is nested and call.agent is not None:
-        return run
-    new_call = call.with_agent(new_nested)
-    parts = message.parts
-    new_message = revised(message, (*parts[:pi], new_call, *parts[pi + 1 :]))
-    return _remake(run, _put(messages, mi, new_message), run.status, run.error)
+_Frame: TypeAlias = tuple[Run, int, AgentMessage, int, ToolPart]
+"""One level of a path to a delegate call: the run, the message's index, the message, the part's
+index, the call. Paths are lists of frames, innermost first."""
 
 
-def _find_call(messages: Messages, call_id: str) -> list[tuple[int, int]] | None:
+def _find_call(run: Run, call_id: str) -> list[_Frame] | None:
     """The path to the tool call ``call_id`` anywhere in the tree, newest first."""
+    messages = run.messages
     for mi in range(len(messages) - 1, -1, -1):
-        parts = messages[mi].parts
+        message = messages.at(mi)
+        parts = message.parts
         for pi in range(len(parts) - 1, -1, -1):
             part = parts[pi]
             if type(part) is not ToolPart:
                 continue
             if part.id == call_id:
-                return [(mi, pi)]
+                return [(run, mi, message, pi, part)]
             if part.agent is not None:
-                below = _find_call(part.agent.messages, call_id)
+                below = _find_call(part.agent, call_id)
                 if below is not None:
-                    return [(mi, pi), *below]
+                    below.append((run, mi, message, pi, part))
+                    return below
     return None
 
 
-def _follow(messages: Messages, ids: tuple[str, ...]) -> list[tuple[int, int]] | None:
+def _follow(run: Run, ids: tuple[str, ...]) -> list[_Frame] | None:
     """The path along call ids ``ids``, each one inside the previous one's nested run."""
-    path: list[tuple[int, int]] = []
-    for depth, call_id in enumerate(ids):
+    path: list[_Frame] = []
+    for call_id in ids:
+        if path:
+            call = path[-1][4]
+            if call.agent is None:
+                return None
+            run = call.agent
+        messages = run.messages
+        last = messages.last
+        if last is not None:  # the usual place first: the call the last message ends with
+            parts = last.parts
+            tail = parts[-1] if parts else None
+            if type(tail) is ToolPart and tail.id == call_id:
+                path.append((run, len(messages) - 1, last, len(parts) - 1, tail))
+                continue
         found = _find_top_call(messages, call_id)
         if found is None:
             return None
-        path.append(found)
-        call = messages.at(found[0]).parts[found[1]]
-        assert type(call) is ToolPart
-        if depth + 1 < len(ids):
-            if call.agent is None:
-                return None
-            messages = call.agent.messages
+        path.append((run, *found))
+    path.reverse()
     return path or None
 
 
-def _find_top_call(messages: Messages, call_id: str) -> tuple[int, int] | None:
+def _find_top_call(messages: Messages, call_id: str) -> tuple[int, AgentMessage, int, ToolPart] | None:
+    """The newest top-level call ``call_id``: its message's index, the message, its part's index, it."""
     at = messages.at
     for mi in range(len(messages) - 1, -1, -1):
-        parts = at(mi).parts
+        message = at(mi)
+        parts = message.parts
         for pi in range(len(parts) - 1, -1, -1):
             part = parts[pi]
             if type(part) is ToolPart and part.id == call_id:
-                return (mi, pi)
+                return mi, message, pi, part
     return None
 
 
@@ -294,10 +306,7 @@ def _update_call(run: Any, call_id: str, change: Callable[[ToolPart], ToolPart |
     found = _find_top_call(messages, call_id)
     if found is None:
         return run
-    mi, pi = found
-    message = messages[mi]
-    call = message.parts[pi]
-    assert type(call) is ToolPart
+    mi, message, pi, call = found
     new_call = change(call)
     if new_call is None:
         return run
@@ -346,7 +355,7 @@ def _on_message_start(run: Any, part: MessageStart) -> Any:
 
 
 def _on_text_delta(run: Any, part: TextDelta) -> Any:
-    # The hottest path in Troupe: written out rather than through _with_part's closure.
+    # The general case; the common one (appending to the last text part) is _hotpath.append_text.
     delta = part.delta
     messages: Messages = run.messages
     last = messages.last
@@ -370,6 +379,12 @@ def _on_text_delta(run: Any, part: TextDelta) -> Any:
     else:
         new_parts = (*parts, TextPart(_part_id(message), delta))
     return _remake(run, _put(messages, index, revised(message, new_parts)), run.status, run.error)
+
+
+def _on_text_delta_fast(run: Any, part: TextDelta) -> Any:
+    """A text delta in a nested run: the hot path when it applies, else the general one."""
+    appended = append_text(run, part)
+    return _on_text_delta(run, part) if appended is None else appended
 
 
 def _on_reasoning(run: Any, part: Reasoning) -> Any:
@@ -493,7 +508,7 @@ def _on_snapshot(run: Any, part: RunSnapshot) -> Any:
 
 _HANDLERS: dict[type, Callable[[Any, Any], Any]] = {
     MessageStart: _on_message_start,
-    TextDelta: _on_text_delta,
+    TextDelta: _on_text_delta_fast,
     Reasoning: _on_reasoning,
     ToolCall: _on_tool_call,
     ToolInputDelta: _on_tool_input_delta,

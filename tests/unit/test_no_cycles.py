@@ -42,15 +42,14 @@ ENGINE_TYPES = {
 
 
 @pytest.fixture
-def collected() -> Iterator[list[object]]:
-    """The objects a collection finds from here on (the collector is off meanwhile)."""
+def collector_off() -> Iterator[None]:
+    """The collector off, saving what a collection finds in ``gc.garbage`` (see ``_garbage``)."""
     gc.collect()
     was = gc.isenabled()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)
-    found: list[object] = []
     try:
-        yield found
+        yield
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
@@ -66,7 +65,7 @@ def _garbage() -> Counter[str]:
 
 
 async def test_turns_with_tools_a_sub_agent_and_a_live_view_leave_no_garbage(
-    tmp_path: object, collected: list[object]
+    tmp_path: object, collector_off: None
 ) -> None:
     async with LocalRuntime(store=f"sqlite:///{tmp_path}/s.db") as rt:
         session = rt.session("s-1", agent=shop_agent())
@@ -84,7 +83,7 @@ async def test_turns_with_tools_a_sub_agent_and_a_live_view_leave_no_garbage(
     assert not ENGINE_TYPES & set(kinds), f"left to the cycle collector: {dict(kinds.most_common(12))}"
 
 
-async def test_a_stopped_turn_leaves_no_engine_garbage(tmp_path: object, collected: list[object]) -> None:
+async def test_a_stopped_turn_leaves_no_engine_garbage(tmp_path: object, collector_off: None) -> None:
     slow = Agent("slow", "x", ScriptedModel([[{"text": "thinking " * 200, "chunk": 9, "pace": 0.01}]]))
     async with LocalRuntime(store=f"sqlite:///{tmp_path}/s.db") as rt:
         session = rt.session("s-1", agent=slow)

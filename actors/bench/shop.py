@@ -153,6 +153,8 @@ class ShopRun:
     """CPU seconds of every process (Ray's and the driver), less the memory sampler's own."""
     cpu_us_per_chunk: float = 0.0
     """``cpu_s`` per text chunk delivered, in µs."""
+    cpu_split_us: dict[str, float] = field(default_factory=dict)
+    """``cpu_us_per_chunk`` by process: ``driver`` (the consumer), ``hosts``, ``supervisor``, ``ray`` (its own)."""
     consumer_us_per_chunk: float = 0.0
     """The driver's share per chunk, in µs: the consumer (live views merging mutations, the checks)
     and the sessions' client calls."""
@@ -180,13 +182,19 @@ class ShopFigures:
         values = [getattr(r, key) for r in self.runs]
         return float(max(values) - min(values))
 
+    def split(self) -> dict[str, float]:
+        """The median of each process kind's CPU µs per chunk over the runs."""
+        kinds = sorted({k for r in self.runs for k in r.cpu_split_us})
+        return {k: round(statistics.median(r.cpu_split_us.get(k, 0.0) for r in self.runs), 1) for k in kinds}
+
     def summary(self) -> dict[str, Any]:
         """Medians (and spreads) of every figure, for ``--json``."""
-        keys = [k for k in asdict(self.runs[0]) if k != "sessions"]
+        keys = [k for k in asdict(self.runs[0]) if k not in ("sessions", "cpu_split_us")]
         out: dict[str, Any] = {"sessions": self.sessions, "repeats": len(self.runs)}
         for key in keys:
             out[key] = round(self.median(key), 3)
             out[f"{key}_spread"] = round(self.spread(key), 3)
+        out["cpu_split_us"] = self.split()
         out["runs"] = [asdict(r) for r in self.runs]
         return out
 
@@ -235,6 +243,19 @@ class MemorySampler:
         return MemorySampler._summed(lambda proc: sum(proc.cpu_times()[:2]))  # user + system
 
     @staticmethod
+    def cpu_by_kind() -> dict[str, float]:
+        """CPU seconds (user + system) of this process and every descendant, by kind (``process_kind``)."""
+        me = psutil.Process()
+        out: dict[str, float] = {}
+        for proc in MemorySampler._tree():
+            try:
+                kind = "driver" if proc.pid == me.pid else process_kind(proc.name(), proc.cmdline())
+                out[kind] = out.get(kind, 0.0) + sum(proc.cpu_times()[:2])
+            except psutil.Error:
+                pass
+        return out
+
+    @staticmethod
     def own_cpu() -> float:
         """CPU seconds (user + system) of this process alone (the driver: client calls and the consumer)."""
         return float(sum(psutil.Process().cpu_times()[:2]))
@@ -260,6 +281,18 @@ class MemorySampler:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, self.total())
+
+
+def process_kind(name: str, cmdline: Sequence[str]) -> str:
+    """What a process of a local Ray is, for the CPU split: ``hosts``, ``supervisor``, ``ray``, ``other``."""
+    title = cmdline[0] if cmdline else name
+    if title.startswith("ray::SessionHost"):
+        return "hosts"
+    if title.startswith("ray::Supervisor"):
+        return "supervisor"
+    if title.startswith("ray::") or name in ("raylet", "gcs_server") or "ray" in title:
+        return "ray"  # Ray's own: the raylet, the GCS, the per-node agents, idle workers
+    return "other"
 
 
 async def shop_session(session: Session, ttfts: list[float]) -> int:
@@ -317,7 +350,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     ttfts: list[float] = []
     before_bytes = await _store_bytes(rt.store)
     waited0: int = ((await rt.supervisor.info.remote())["dedicated"] or {}).get("waited", 0)
-    cpu0, driver0 = MemorySampler.cpu(), MemorySampler.own_cpu()
+    cpu0, driver0, kinds0 = MemorySampler.cpu(), MemorySampler.own_cpu(), MemorySampler.cpu_by_kind()
     with MemorySampler() as memory:
         start = time.perf_counter()
         delivered = await asyncio.gather(*(shop_session(s, ttfts) for s in sessions))
@@ -325,6 +358,8 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     cpu = MemorySampler.cpu() - cpu0 - memory.cpu_s
     driver = MemorySampler.own_cpu() - driver0 - memory.cpu_s
     chunks_seen = max(sum(delivered), 1)
+    kinds = MemorySampler.cpu_by_kind()
+    split = {k: kinds[k] - kinds0.get(k, 0.0) - (memory.cpu_s if k == "driver" else 0.0) for k in kinds}
     await rt.deactivate_idle()
     stored = await _store_bytes(rt.store) - before_bytes
     pool: dict[str, Any] = (await rt.supervisor.info.remote())["dedicated"] or {}
@@ -341,6 +376,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
         store_bytes_per_session=round(stored / n, 1),
         cpu_s=round(cpu, 2),
         cpu_us_per_chunk=round(cpu / chunks_seen * 1e6, 1),
+        cpu_split_us={k: round(v / chunks_seen * 1e6, 1) for k, v in sorted(split.items())},
         consumer_us_per_chunk=round(driver / chunks_seen * 1e6, 1),
         actors_peak=pool.get("peak", 0),
         sessions_waited=pool.get("waited", 0) - waited0,
@@ -441,6 +477,9 @@ def format_shop(figures: Sequence[ShopFigures]) -> str:
             f"{'±' + format(f.spread('text_chunks_per_s'), '.0f'):>10} "
             f"{'±' + format(f.spread('ttft_ms_p50'), '.1f'):>12}"
         )
+    for f in figures:
+        split = ", ".join(f"{kind} {us:.1f}" for kind, us in f.split().items())
+        lines.append(f"N={f.sessions}: CPU µs/chunk by process (medians): {split}")
     return "\n".join(lines)
 
 

@@ -144,8 +144,8 @@ class SessionRunner:
         self._steps = Steps(me)
         self._calls = ToolCalls(me)
         self._handlers = Handlers(me, agent.handlers)
-        self._driving = False
-        self._again = False
+        self._plan = False
+        """Whether the pump (``_drain``) must plan again even with nothing queued."""
         self._closed = False
         self._cancelling = False
         self._waiters = 0
@@ -211,20 +211,27 @@ class SessionRunner:
             self._spawn(self._drain())
 
     async def _drain(self) -> None:
+        """The session's one pump: writes what is queued, and plans again when asked (``_kick``).
+
+        A write plans too (``_commit_locked`` runs the planner over the state it makes), so a
+        request to plan that arrives while events are queued costs no pass of its own.
+        """
         self._nested.cancel_timer()
         try:
-            while self._queue or self._nested.ready():
+            while self._queue or self._plan or self._nested.ready():
                 async with self._lock:
+                    plan, self._plan = self._plan, False
                     items, self._queue = self._queue, []
                     events = [*self._nested.take(), *(e for batch, _ in items for e in batch)]
                     try:
-                        applied = await self._commit_locked(events) if events else []
+                        applied = await self._commit_locked(events) if events or plan else []
                     except BaseException as error:
                         for _, future in items:
                             if not future.done():
                                 future.set_exception(error)
-                        if not isinstance(error, Exception):
-                            raise
+                        if not isinstance(error, Exception) or not items:
+                            raise  # a planning pass alone fails its own task
+                        self._plan = self._plan or plan  # the failed write's events are not the plan's fault
                         continue
                     for _, future in items:
                         if not future.done():
@@ -313,30 +320,17 @@ class SessionRunner:
         return applied
 
     def _kick(self) -> None:
+        """Ask the session to plan again (a step or a tool ended, a command was decided)."""
         if self._closed:
             return
-        if self._driving:
-            self._again = True
-            return
-        self._spawn(self._drive())
+        self._plan = True
+        self._request_drain()
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
         return task
-
-    async def _drive(self) -> None:
-        self._driving = True
-        try:
-            while not self._closed:
-                self._again = False
-                async with self._lock:
-                    await self._commit_locked([])
-                if not self._again:
-                    break
-        finally:
-            self._driving = False
 
     def _reconcile(self) -> None:
         """Cancel, without writing anything, work the state no longer wants (a stop ended it)."""

@@ -23,6 +23,7 @@ from orchestrator.core.contract import Contract
 from orchestrator.core.errors import UsageError
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.agent import Agent
+from orchestrator.run.log import Snapshot
 from orchestrator.store.base import EventStore, Followable
 
 __all__ = ["BaseRuntime"]
@@ -89,6 +90,28 @@ class BaseRuntime:
         else:
             self._poller(name).add(subscription)
         return subscription
+
+    async def subscribe_and_snapshot(self, session: Session) -> tuple[Subscription, Snapshot | None]:
+        """A subscription and, where the host can register it with the snapshot, that snapshot.
+
+        One call instead of three (a wake of the waiting poll, a poll to register, a snapshot):
+        the host reads the state and registers this process's poller in one turn of its loop.
+        ``None``: subscribe, then read the snapshot (the host did not know the poller yet, the
+        session is followed here already or is not placed, or subscriptions follow the store).
+        """
+        if self.follow == "store" and isinstance(self.store, Followable):
+            return self.subscribe(session), None
+        name = self.transport.host_now(session.id)
+        poller = None if name is None else self._poller(name)
+        if poller is None or not poller.fresh(session.id):
+            return self.subscribe(session), None
+        await self.ready_agent(session.agent_key)
+        state, index, followed = await self.transport.call(session.id, "snapshot_follow", session.agent_key, poller.id)
+        subscription = Subscription(session, self._unsubscribe)
+        if followed and poller.adopt(subscription, index):
+            return subscription, Snapshot(state, index)
+        poller.add(subscription)  # registered by the next poll (from "now"): the view reads the snapshot after
+        return subscription, None
 
     async def _subscribe_later(self, session: Session, subscription: Subscription) -> None:
         name = await self.transport.host_of(session.id)

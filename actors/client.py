@@ -86,6 +86,10 @@ class SessionBackend(Protocol):
         """A subscription to ``session``'s mutations from now on."""
         ...
 
+    async def subscribe_and_snapshot(self, session: Session) -> tuple[Subscription, Snapshot | None]:
+        """A subscription and, where its host registers it with the snapshot, the snapshot."""
+        ...
+
 
 class Turn:
     """A prompt in flight: ``await turn.finished`` resolves when its turn ends.
@@ -356,6 +360,14 @@ class Session:
         already holds (``LiveView`` does exactly that).
         """
         return self.runtime.subscribe(self)
+
+    async def subscribe_and_snapshot(self) -> tuple[Subscription, Snapshot | None]:
+        """``subscribe``, and the snapshot it starts after when the host can give both in one call.
+
+        With a snapshot, the subscription is registered and delivers every mutation after the
+        snapshot's index. ``None``: wait for ``ready()``, then read ``state()``, as with ``subscribe``.
+        """
+        return await self.runtime.subscribe_and_snapshot(self)
 
     async def live(self) -> LiveView:
         """A local copy of the session kept current (subscribe, then snapshot); what it sends shows at once."""

@@ -433,6 +433,16 @@ class SessionHost:
         hosted = await self.activate(session_id, agent_key)
         return hosted.runner.state, hosted.runner.log.index
 
+    async def snapshot_follow(self, session_id: str, agent_key: str, poller: str) -> tuple[AIState, int, bool]:
+        """``snapshot``, and ``poller`` follows the session from its index on (``False``: poll to subscribe).
+
+        The state, its index and the registration are taken in one turn of the loop, so no
+        append falls between them (``MutationHub.follow``).
+        """
+        hosted = await self.activate(session_id, agent_key)
+        index = hosted.runner.log.index
+        return hosted.runner.state, index, self.hub.follow(poller, session_id, index)
+
     async def state_at(self, session_id: str, agent_key: str, through: int | None) -> tuple[Any, int]:
         """The fold through ``through`` (the whole log when ``None``)."""
         hosted = await self.activate(session_id, agent_key)

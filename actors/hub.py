@@ -135,6 +135,22 @@ class MutationHub:
         outcomes, poller.outcomes = poller.outcomes, {}
         return outcomes
 
+    def follow(self, poller_id: str, session_id: str, index: int) -> bool:
+        """Follow ``session_id`` for ``poller_id`` from ``index`` on, outside a poll; ``False``: unknown poller.
+
+        A host calls this with the index of the snapshot it answers in the same turn of its loop,
+        so the client holds the snapshot and receives every mutation after it: subscribe, then
+        snapshot, in one call. A poller this hub has not seen (a first poll not yet in, a host
+        that restarted) is not registered here: its client must subscribe through a poll.
+        """
+        poller = self._pollers.get(poller_id)
+        if poller is None:
+            return False
+        poller.seen = time.monotonic()
+        self._follow(poller_id, poller, session_id, index, index)
+        poller.dirty.discard(session_id)  # the client has its cursor: nothing to tell it yet
+        return True
+
     def wake(self, poller_id: str) -> None:
         """End the poller's waiting poll now (its client has new subscriptions to send)."""
         poller = self._pollers.get(poller_id)

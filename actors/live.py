@@ -97,6 +97,10 @@ class LiveSession(Protocol[TurnT_co]):
         """Its mutations from now on."""
         ...
 
+    async def subscribe_and_snapshot(self) -> tuple[_Feed, Snapshot | None]:
+        """Subscribe, and the snapshot it starts after when one call can give both (else ``None``)."""
+        ...
+
     async def state(self) -> Snapshot:
         """Its state and the log index it reflects."""
         ...
@@ -168,9 +172,11 @@ class LiveView(Generic[SessionT, TurnT]):
 
     async def start(self) -> None:
         """Subscribe first, then load the snapshot, then apply what arrived after it."""
-        self._subscription = self.session.subscribe()
-        await self._subscription.ready()
-        await self._snapshot()
+        self._subscription, snapshot = await self.session.subscribe_and_snapshot()
+        if snapshot is None:
+            await self._subscription.ready()
+            snapshot = await self.session.state()
+        self._adopt(snapshot)
         self._task = asyncio.ensure_future(self._run())
 
     @property
@@ -203,7 +209,9 @@ class LiveView(Generic[SessionT, TurnT]):
     # -- following the session -------------------------------------------------------------------------
 
     async def _snapshot(self) -> None:
-        snapshot = await self.session.state()
+        self._adopt(await self.session.state())
+
+    def _adopt(self, snapshot: Snapshot) -> None:
         self.view = ClientView.of(snapshot.state.session, snapshot.index)
         self._known = snapshot.state
         self.index = snapshot.index

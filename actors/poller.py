@@ -91,6 +91,26 @@ class Poller:
                 self.transport.wake(self.host, self.id)  # the waiting poll returns; the next sends it
         self._ensure_running()
 
+    def fresh(self, session_id: str) -> bool:
+        """Whether this poller neither follows ``session_id`` nor has a change of it on the way."""
+        return session_id not in self.cursors and session_id not in self._removed
+
+    def adopt(self, subscription: Subscription, cursor: int) -> bool:
+        """Feed ``subscription`` from ``cursor`` on: the host registered it (``MutationHub.follow``).
+
+        ``False`` when the session became followed meanwhile (another subscription of this
+        process): then subscribe through a poll (``add``) instead.
+        """
+        session_id = subscription.session.id
+        if not self.fresh(session_id):
+            return False
+        self.subscribers[session_id] = [subscription]
+        self.cursors[session_id] = cursor
+        subscription.cursor = cursor
+        subscription.registered.set()
+        self._ensure_running()
+        return True
+
     def remove(self, subscription: Subscription) -> None:
         """Stop feeding ``subscription``; the host drops a session nobody here follows any more."""
         session_id = subscription.session.id

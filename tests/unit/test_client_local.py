@@ -164,3 +164,29 @@ async def test_a_turn_awaited_after_the_session_was_deactivated_still_resolves(r
     await rt.host.deactivate_idle()
     result = await asyncio.wait_for(turn.finished, TIMEOUT)  # looked up in the log
     assert (result.success, result.text, result.turn_id) == (True, "hi", "t1")
+
+
+async def test_a_view_subscribes_with_its_snapshot_in_one_call_once_the_poller_is_known(rt: LocalRuntime) -> None:
+    model = agent([{"text": "one"}], [{"text": "two", "chunk": 1}])
+    first, second = rt.session("s-1", agent=model), rt.session("s-2", agent=model)
+    # The first subscription of this process registers its poller with the host through a poll.
+    subscription, snapshot = await first.subscribe_and_snapshot()
+    assert snapshot is None
+    await subscription.ready(TIMEOUT)
+    assert (await (await second.prompt("b")).finished).success
+    # Then the host registers a subscription together with the snapshot it starts after.
+    follow, at = await second.subscribe_and_snapshot()
+    assert at is not None and at.index == (await second.state()).index > 0
+    turn = await second.prompt("c")
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    view = ClientView.of(at.state.session, at.index)
+    while view.index < result.index:
+        for mutation in await asyncio.wait_for(follow.next_batch(), TIMEOUT) or []:
+            assert mutation.index > at.index  # nothing the snapshot already holds
+            view.apply(mutation)
+    assert view.state == (await second.state()).state.session
+    # A session this process already follows subscribes through the poll, as before.
+    again, none = await second.subscribe_and_snapshot()
+    assert none is None and await again.ready(TIMEOUT) >= result.index
+    for sub in (subscription, follow, again):
+        sub.close()

@@ -780,6 +780,9 @@ class _FakeSession:
     def subscribe(self) -> _FakeSubscription:
         return self.subscription
 
+    async def subscribe_and_snapshot(self) -> tuple[_FakeSubscription, None]:
+        return self.subscription, None
+
     async def live(self) -> Any:
         from actors.live import LiveView
 

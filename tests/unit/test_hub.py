@@ -102,3 +102,14 @@ def test_rendezvous_is_stable_and_moves_only_what_a_lost_host_had() -> None:
 def test_a_sub_agent_session_belongs_to_its_root() -> None:
     assert root_of("s-1/call-1/call-2") == "s-1"
     assert root_of("s-1") == "s-1"
+
+
+async def test_follow_registers_a_known_poller_from_an_index_without_waking_it() -> None:
+    hub = MutationHub(linger=0)
+    assert not hub.follow("p", "s", 4)  # a poller the hub has not seen subscribes through a poll
+    assert await hub.poll("p", {}, [], 0, {}, full=True) == {}
+    assert hub.follow("p", "s", 4)
+    waiting = asyncio.ensure_future(hub.poll("p", {}, [], 5.0, {}))
+    await eventually(lambda: hub.stats()["waiting"] == 1, 1, what="the poll waits: following told it nothing")
+    hub.publish("s", 5, [m(5, "a")])
+    assert await asyncio.wait_for(waiting, 1) == {"s": (5, [m(5, "a")])}  # everything after the index

@@ -72,6 +72,8 @@ def check_id(value: object, what: str) -> str:
         )
     if "\x00" in value:
         raise UsageError(f"{what} {value!r} contains a NUL character: remove it")
+    if value.isascii():
+        return value  # ASCII is valid UTF-8: no need to encode it to find out
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

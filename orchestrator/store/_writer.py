@@ -34,7 +34,7 @@ from typing import Any, Final, TypeVar
 
 from orchestrator.core.errors import StoreError, TroupeError
 
-__all__ = ["FileIdentity", "GroupCommitWriter", "InlineGroupWriter"]
+__all__ = ["JOB_SAVEPOINT", "FileIdentity", "GroupCommitWriter", "InlineGroupWriter"]
 
 T = TypeVar("T")
 
@@ -232,19 +232,19 @@ class GroupCommitWriter:
             return
         try:
             for job in jobs:
-                conn.execute("SAVEPOINT job")
+                conn.execute(f"SAVEPOINT {JOB_SAVEPOINT}")
                 try:
                     value = job.work(conn)
                 except (TroupeError, sqlite3.Error) as error:
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
+                    conn.execute(f"ROLLBACK TO {JOB_SAVEPOINT}")
+                    conn.execute(f"RELEASE {JOB_SAVEPOINT}")
                     outcomes.append((False, _as_store_error(error)))
                 except Exception as error:  # a bug in the work itself: report it, keep writing
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
+                    conn.execute(f"ROLLBACK TO {JOB_SAVEPOINT}")
+                    conn.execute(f"RELEASE {JOB_SAVEPOINT}")
                     outcomes.append((False, error))
                 else:
-                    conn.execute("RELEASE job")
+                    conn.execute(f"RELEASE {JOB_SAVEPOINT}")
                     outcomes.append((True, value))
             lost = self._identity.problem() if self._identity is not None else None
             if lost is not None:  # committing would acknowledge writes nobody will ever read
@@ -406,6 +406,9 @@ class InlineGroupWriter(GroupCommitWriter):
         if conn is not None:
             conn.close()
 
+
+JOB_SAVEPOINT: Final = "job"
+"""The savepoint each job of a group runs in: a job that raises is rolled back to it, alone."""
 
 _FIRST_RETRY: Final = 0.0001
 _LAST_RETRY: Final = 0.002

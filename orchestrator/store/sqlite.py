@@ -40,7 +40,7 @@ from orchestrator.store._validate import (
     prepare_all,
     prepare_batch,
 )
-from orchestrator.store._writer import GroupCommitWriter, InlineGroupWriter
+from orchestrator.store._writer import JOB_SAVEPOINT, GroupCommitWriter, InlineGroupWriter
 from orchestrator.store.base import AppendBatch, SessionSummary, Snapshot
 
 __all__ = ["SqliteStore"]
@@ -48,6 +48,10 @@ __all__ = ["SqliteStore"]
 T = TypeVar("T")
 _Row = tuple[int, int, str | None, str, float, bytes]
 
+_CLAIM: Final = (
+    "UPDATE sessions SET last_index = ?, updated_at = ? WHERE session_id = ? AND last_index = ? RETURNING sid"
+)
+"""Move a session's last index from the one a batch expects to after the batch, in one statement."""
 _INSERT_EVENT: Final = "INSERT INTO events (sid, idx, event_id, type, at, payload) VALUES (?, ?, ?, ?, ?, ?)"
 _SELECT_EVENTS: Final = (
     "SELECT idx, event_id, type, at, payload FROM events "
@@ -160,10 +164,9 @@ class SqliteStore:
         """
         batch = prepare_batch(session_id, events, expected_index, trusted=trusted)
         self._check_open()
-        result = (await self._writer.submit(lambda conn: self._write(conn, [batch])))[0]
-        if isinstance(result, StoreError):
-            raise result
-        return result
+        # One batch: the writer's savepoint for this job is the batch's (a refused batch raises,
+        # and the writer rolls the job back), so it needs no savepoint of its own.
+        return await self._writer.submit(lambda conn: self._write_batch(conn, batch, self._clock(), JOB_SAVEPOINT))
 
     async def append_many(self, batches: Sequence[AppendBatch]) -> list[AppendResult | StoreError]:
         """Append independent atomic batches in order, in one transaction with a savepoint each."""
@@ -217,34 +220,53 @@ class SqliteStore:
             conn.execute("RELEASE batch")
         return results
 
-    def _write_batch(self, conn: sqlite3.Connection, batch: PreparedBatch, now: float) -> AppendResult:
+    def _write_batch(
+        self, conn: sqlite3.Connection, batch: PreparedBatch, now: float, savepoint: str = "batch"
+    ) -> AppendResult:
+        """Write one batch inside the savepoint ``savepoint`` (rolled back to on a clash)."""
         sid_text = batch.session_id
-        row = conn.execute("SELECT sid, last_index FROM sessions WHERE session_id = ?", (sid_text,)).fetchone()
-        sid, last = (None, 0) if row is None else (int(row[0]), int(row[1]))
-        if batch.expected_index is not None and batch.expected_index != last:
-            # A retried batch carries a stale expected_index: a replay is checked first.
-            replay = replay_result(batch, _stored(conn, batch))
-            if replay is not None:
-                return replay
-            raise conflict(sid_text, batch.expected_index, last)
-        if sid is None:
-            cursor = conn.execute(
-                "INSERT INTO sessions (session_id, last_index, created_at, updated_at) VALUES (?, 0, ?, ?)",
-                (sid_text, now, now),
-            )
-            assert cursor.lastrowid is not None
-            sid = cursor.lastrowid
+        count = len(batch.events)
+        expected = batch.expected_index
+        # The common case: a session the writer knows, at the index it expects. Its indexes are
+        # claimed with one statement; anything else (a new session, a stale index, a replay)
+        # takes the general path below.
+        row = conn.execute(_CLAIM, (expected + count, now, sid_text, expected)).fetchone() if expected else None
+        claimed = row is not None
+        sid: int | None = None
+        last = 0
+        if row is not None:
+            sid, last = int(row[0]), int(expected or 0)
+        else:
+            row = conn.execute("SELECT sid, last_index FROM sessions WHERE session_id = ?", (sid_text,)).fetchone()
+            if row is not None:
+                sid, last = int(row[0]), int(row[1])
+            if expected is not None and expected != last:
+                # A retried batch carries a stale expected_index: a replay is checked first.
+                replay = replay_result(batch, _stored(conn, batch))
+                if replay is not None:
+                    return replay
+                raise conflict(sid_text, expected, last)
+            if sid is None:
+                cursor = conn.execute(
+                    "INSERT INTO sessions (session_id, last_index, created_at, updated_at) VALUES (?, 0, ?, ?)",
+                    (sid_text, now, now),
+                )
+                assert cursor.lastrowid is not None
+                sid = cursor.lastrowid
+        assert sid is not None
         derive = self._derives(conn)
         if derive and _moved_derived_ids(conn, sid, last, batch):
             replay = replay_result(batch, _stored(conn, batch))
             if replay is not None:
+                if claimed:
+                    conn.execute(f"ROLLBACK TO {savepoint}")  # the claim: a replay writes nothing
                 return replay
         # The common case is a new batch: insert optimistically and let the unique index on
         # event_id detect reuse, rather than looking every id up first.
         try:
             conn.executemany(_INSERT_EVENT, self._event_rows(sid, last, batch, derive))
         except sqlite3.IntegrityError:
-            conn.execute("ROLLBACK TO batch")  # drop the rows inserted before the clash
+            conn.execute(f"ROLLBACK TO {savepoint}")  # drop the rows inserted before the clash
             replay = replay_result(batch, _stored(conn, batch))
             if replay is not None:
                 return replay
@@ -252,11 +274,9 @@ class SqliteStore:
                 f"the log of session {sid_text!r} is inconsistent (index {last + 1} is taken); "
                 "the database file may have been edited by hand"
             ) from None
-        conn.execute(
-            "UPDATE sessions SET last_index = ?, updated_at = ? WHERE sid = ?",
-            (last + len(batch.events), now, sid),
-        )
-        return AppendResult(sid_text, last + 1, last + len(batch.events))
+        if not claimed:
+            conn.execute("UPDATE sessions SET last_index = ?, updated_at = ? WHERE sid = ?", (last + count, now, sid))
+        return AppendResult(sid_text, last + 1, last + count)
 
     def _derives(self, conn: sqlite3.Connection) -> bool:
         if self._derive is None:
@@ -422,7 +442,10 @@ def _moved_derived_ids(conn: sqlite3.Connection, sid: int, last: int, batch: Pre
 
     Such an id is stored as ``NULL`` at its own position, where the unique index cannot see it.
     """
+    prefix = derived_event_prefix(batch.session_id)
     for offset, event in enumerate(batch.events, start=1):
+        if not event.id.startswith(prefix) or event.id == f"{prefix}{last + offset}":
+            continue  # not a derived id of this session, or one at its own position (the common case)
         index = _derived_index(event.id, batch.session_id)
         if index is not None and index != last + offset:
             row = conn.execute("SELECT 1 FROM events WHERE sid = ? AND idx = ? AND event_id IS NULL", (sid, index))

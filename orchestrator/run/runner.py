@@ -46,7 +46,7 @@ from orchestrator.run.nested import NestedInbox, respond_nested
 from orchestrator.run.pacing import StreamPacer
 from orchestrator.run.steps import Steps, StepWork, stale
 from orchestrator.run.tool_calls import ToolCalls, recovery_policy
-from orchestrator.run.waiting import Flag
+from orchestrator.run.waiting import Flag, Mutex
 from orchestrator.store.base import EventStore
 
 __all__ = ["Listener", "Recorded", "SessionRunner"]
@@ -135,7 +135,7 @@ class SessionRunner:
         """The stream-write budget this session shares with the others of its process."""
         self.limits = Limits(agent.max_steps)
         self.listeners: list[Listener] = []
-        self._lock = asyncio.Lock()
+        self._lock = Mutex()
         self._changed = Flag()  # pulsed after every write that someone waits on (wait_for)
         # The parts of the run loop reach the runner through a weak proxy, and the runner drops its
         # listeners when it closes: a closed session is then no reference cycle, so reference

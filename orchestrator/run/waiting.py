@@ -1,12 +1,13 @@
-"""``Flag`` and ``Mailbox``: an ``asyncio.Event`` and an unbounded ``asyncio.Queue`` that hold nothing idle.
+"""``Flag``, ``Mailbox``, ``Mutex``: ``asyncio.Event``, an unbounded ``Queue`` and ``Lock`` that hold nothing idle.
 
 ``asyncio.Event``, ``Condition`` and ``Queue`` each make a ``collections.deque`` for their waiters
 when they are made (a queue makes three, and an event of its own), and an empty deque takes 760
-bytes: a block of 64 slots comes with it. A session keeps several of them for its whole life (its
-runner's condition, a live view's event, the view's subscription with its queue and event),
-almost always with nobody waiting: ~6 KB per session at ``troupe bench shop --sizes 1000``. These
-two behave the same for one event loop and keep their waiters in a list made on the first wait
-(and dropped when the waiters are woken): an idle one is a few dozen bytes.
+bytes: a block of 64 slots comes with it. ``asyncio.Lock`` makes its deque on the first contention
+and keeps it. A session keeps several of them for its whole life (its runner's lock and condition,
+a live view's event, the view's subscription with its queue and event), almost always with nobody
+waiting: ~6 KB per session at ``troupe bench shop --sizes 1000``. These behave the same for one
+event loop and keep their waiters in a list made on the first wait (and dropped once nobody
+waits): an idle one is a few dozen bytes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from typing import Generic, TypeVar
 
-__all__ = ["Flag", "Mailbox"]
+__all__ = ["Flag", "Mailbox", "Mutex"]
 
 T = TypeVar("T")
 
@@ -155,3 +156,65 @@ class Mailbox(Generic[T]):
                 break
         if getters is not None and not getters:
             self._getters = None
+
+
+class Mutex:
+    """``asyncio.Lock`` (``async with``, ``acquire``, ``release``, ``locked``): first come, first served."""
+
+    __slots__ = ("_locked", "_waiters")
+
+    def __init__(self) -> None:
+        self._locked = False
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    def locked(self) -> bool:
+        """Whether someone holds it."""
+        return self._locked
+
+    async def acquire(self) -> bool:
+        """Take it, waiting behind those who asked first; returns ``True``."""
+        waiters = self._waiters
+        if not self._locked and (not waiters or all(w.cancelled() for w in waiters)):
+            self._locked = True
+            return True
+        if waiters is None:
+            waiters = self._waiters = []
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters.append(waiter)
+        try:
+            try:
+                await waiter
+            finally:
+                waiters.remove(waiter)
+                if not waiters and self._waiters is waiters:
+                    self._waiters = None
+        except asyncio.CancelledError:
+            if not self._locked:
+                self._wake_first()  # woken, then cancelled: the next in line takes it
+            raise
+        self._locked = True
+        return True
+
+    def release(self) -> None:
+        """Let it go; the first waiter takes it next.
+
+        Raises:
+            RuntimeError: it is not held.
+        """
+        if not self._locked:
+            raise RuntimeError("Lock is not acquired.")
+        self._locked = False
+        self._wake_first()
+
+    def _wake_first(self) -> None:
+        waiters = self._waiters
+        if waiters:
+            first = waiters[0]
+            if not first.done():
+                first.set_result(None)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()

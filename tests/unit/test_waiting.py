@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from orchestrator.models.base import CancelSignal
-from orchestrator.run.waiting import Flag, Mailbox
+from orchestrator.run.waiting import Flag, Mailbox, Mutex
 
 
 async def _settle() -> None:
@@ -125,6 +125,53 @@ async def test_a_cancel_signal_wakes_every_waiter_and_one_cancelled_waiter_does_
     await asyncio.wait_for(kept, 5)
     assert signal.is_cancelled() and signal.reason == "stop"
     await signal.wait()  # returns at once once cancelled
+
+
+async def test_a_mutex_admits_one_holder_at_a_time_in_the_order_they_asked() -> None:
+    mutex = Mutex()
+    order: list[int] = []
+    inside = 0
+
+    async def hold(i: int) -> None:
+        nonlocal inside
+        async with mutex:
+            inside += 1
+            assert inside == 1
+            order.append(i)
+            await _settle()
+            inside -= 1
+
+    await asyncio.gather(*(hold(i) for i in range(5)))
+    assert order == [0, 1, 2, 3, 4]
+    assert not mutex.locked()
+    with pytest.raises(RuntimeError):
+        mutex.release()
+
+
+async def test_a_mutex_waiter_cancelled_after_it_was_woken_passes_the_lock_on() -> None:
+    mutex = Mutex()
+    await mutex.acquire()
+    first, second = asyncio.ensure_future(mutex.acquire()), asyncio.ensure_future(mutex.acquire())
+    await _settle()
+    mutex.release()  # wakes ``first``...
+    first.cancel()  # ...which is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await asyncio.wait_for(second, 5)
+    assert mutex.locked()
+    mutex.release()
+    assert not mutex.locked()
+
+
+async def test_a_mutex_that_was_waited_on_keeps_no_list_once_nobody_waits() -> None:
+    mutex = Mutex()
+    await mutex.acquire()
+    waiting = asyncio.ensure_future(mutex.acquire())
+    await _settle()
+    mutex.release()
+    await waiting
+    mutex.release()
+    assert _bytes_each(Mutex) < 120 and mutex._waiters is None  # an asyncio.Lock keeps its 760-byte deque
 
 
 def _bytes_each(make: Callable[[], object], count: int = 500) -> float:

@@ -39,6 +39,7 @@ from orchestrator.core.parts import AgentMessage, Role
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.fork import fork_session
 from orchestrator.run.log import Snapshot
+from orchestrator.run.waiting import Flag, Mailbox
 from orchestrator.store.base import EventStore
 
 __all__ = [
@@ -381,8 +382,8 @@ class Subscription:
 
     def __init__(self, session: Session, release: Callable[[Subscription], None]) -> None:
         self.session = session
-        self.queue: asyncio.Queue[list[Mutation] | None] = asyncio.Queue()
-        self.registered = asyncio.Event()
+        self.queue: Mailbox[list[Mutation] | None] = Mailbox()
+        self.registered = Flag()
         self.cursor = -1
         self.placing: asyncio.Future[None] | None = None
         """Finding the session's host first (dedicated placement may wait for an actor); ``None``: known."""

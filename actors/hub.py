@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +43,9 @@ class WaitFailed:
 
 @dataclass(slots=True)
 class _Channel:
-    ring: deque[tuple[int, list[Mutation]]] = field(default_factory=deque)
+    ring: list[tuple[int, list[Mutation]]] = field(default_factory=list)
+    """Appends not yet received by every poller, oldest first: a list, not a deque (a followed
+    session keeps its channel, and an empty deque is 760 bytes; the ring is short, as pollers keep up)."""
     last_index: int = 0
     dropped_before: int = 0
     """The ring holds nothing at or before this index: a cursor below it gets a reset."""
@@ -94,9 +95,10 @@ class MutationHub:
         # index, so a reader waiting for the log to reach it is not left waiting.
         ring = channel.ring
         ring.append((index, mutations))
-        while len(ring) > self.ring_size:
-            dropped, _ = ring.popleft()
-            channel.dropped_before = dropped
+        excess = len(ring) - self.ring_size
+        if excess > 0:
+            channel.dropped_before = ring[excess - 1][0]
+            del ring[:excess]
         for pid in channel.pollers:
             poller = self._pollers.get(pid)
             if poller is not None:
@@ -267,10 +269,15 @@ class MutationHub:
             cursor = None if poller is None else poller.cursors.get(session_id)
             if cursor is not None and (floor is None or cursor < floor):
                 floor = cursor
+        if floor is None:
+            return
         ring = channel.ring
-        while floor is not None and ring and ring[0][0] <= floor:
-            dropped, _ = ring.popleft()
-            channel.dropped_before = dropped  # a poller joining from before it must re-snapshot
+        received = 0
+        while received < len(ring) and ring[received][0] <= floor:
+            received += 1
+        if received:
+            channel.dropped_before = ring[received - 1][0]  # a poller joining from before it must re-snapshot
+            del ring[:received]
 
     def _sweep(self, now: float) -> None:
         """Forget pollers not seen for ``interest_seconds`` (their clients left), now and then."""

@@ -31,6 +31,7 @@ from orchestrator.core.mutations import ClientView
 from orchestrator.core.optimistic import optimistic, settled
 from orchestrator.core.parts import Role
 from orchestrator.run.log import Snapshot
+from orchestrator.run.waiting import Flag
 
 __all__ = ["LiveQueue", "LiveSession", "LiveView"]
 
@@ -152,7 +153,7 @@ class LiveView(Generic[SessionT, TurnT]):
     def __init__(self, session: SessionT) -> None:
         self.session = session
         self.view = ClientView()
-        self.changed = asyncio.Event()
+        self.changed = Flag()
         self._subscription: _Feed | None = None
         self._task: asyncio.Task[None] | None = None
         self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from actors.client import Mutation, Session, Subscription
 from actors.errors import HostUnavailable
@@ -154,30 +155,38 @@ class Poller:
             if reply is None:  # the host does not know this poller (it restarted between polls)
                 self._restart(reset=False)
                 continue
-            news, outcomes = reply
-            for input_id, outcome in outcomes.items():
-                entry = self.waits.pop(input_id, None)
-                if entry is not None and not entry[2].done():
-                    entry[2].set_result(outcome)
-            for session_id, (cursor, mutations) in news.items():
-                if session_id not in self.cursors:
-                    continue
-                previous = self.cursors[session_id]
-                self.cursors[session_id] = cursor
-                batch = Batch(Mutation(m) for m in mutations)
-                batch.cursor = cursor
-                if session_id in self._resets:
-                    self._resets.discard(session_id)
-                    batch.insert(0, Mutation(type="reset", index=cursor))
-                advanced = cursor > previous >= 0  # an empty batch still tells how far the log went
-                for sub in self.subscribers.get(session_id, []):
-                    if not sub.registered.is_set():
-                        sub.cursor = cursor
-                        sub.registered.set()
-                        if batch:
-                            sub.feed(batch)
-                    elif batch or advanced:
+            self._deliver(*reply)
+            # Not kept through the next poll: the reply's mutation dicts (copied into each batch)
+            # would stay in memory while it waits, a whole reply's worth at the driver's peak.
+            reply = None
+
+    def _deliver(
+        self, news: dict[str, tuple[int, list[dict[str, Any]]]], outcomes: dict[str, TurnOutcome | WaitFailed]
+    ) -> None:
+        """Hand one reply's batches to the subscribers and its turn outcomes to the waiters."""
+        for input_id, outcome in outcomes.items():
+            entry = self.waits.pop(input_id, None)
+            if entry is not None and not entry[2].done():
+                entry[2].set_result(outcome)
+        for session_id, (cursor, mutations) in news.items():
+            if session_id not in self.cursors:
+                continue
+            previous = self.cursors[session_id]
+            self.cursors[session_id] = cursor
+            batch = Batch(Mutation(m) for m in mutations)
+            batch.cursor = cursor
+            if session_id in self._resets:
+                self._resets.discard(session_id)
+                batch.insert(0, Mutation(type="reset", index=cursor))
+            advanced = cursor > previous >= 0  # an empty batch still tells how far the log went
+            for sub in self.subscribers.get(session_id, []):
+                if not sub.registered.is_set():
+                    sub.cursor = cursor
+                    sub.registered.set()
+                    if batch:
                         sub.feed(batch)
+                elif batch or advanced:
+                    sub.feed(batch)
 
     def _restart(self, *, reset: bool) -> None:
         """Register every session again; with ``reset``, from "now", and re-read the snapshot."""

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from orchestrator.core.stream import AgentStreamPart, StepFinish
 from orchestrator.models.base import CancelSignal, ModelRequest
@@ -22,7 +22,7 @@ from orchestrator.models.catalog import ModelLimits
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.store.memory import MemoryStore
 
-__all__ = ["FunctionModel", "Gate", "MemoryStore", "ScriptedModel", "eventually"]
+__all__ = ["FunctionModel", "Gate", "MemoryStore", "ScriptedModel", "Wake", "eventually"]
 
 T = TypeVar("T")
 
@@ -98,6 +98,18 @@ class FunctionModel:
             yield StepFinish(None, "stop")
 
 
+class Wake(Protocol):
+    """What ``eventually`` waits on between checks: an ``asyncio.Event`` or a ``Flag`` (a live view's ``changed``)."""
+
+    def clear(self) -> None:
+        """Unset it before a check."""
+        ...
+
+    def wait(self) -> Awaitable[object]:
+        """Wait until it is set."""
+        ...
+
+
 @overload
 async def eventually(
     predicate: Callable[[], Awaitable[T | None]],
@@ -105,7 +117,7 @@ async def eventually(
     *,
     interval: float = 0.005,
     what: str | None = None,
-    wake: asyncio.Event | None = None,
+    wake: Wake | None = None,
 ) -> T: ...
 
 
@@ -116,7 +128,7 @@ async def eventually(
     *,
     interval: float = 0.005,
     what: str | None = None,
-    wake: asyncio.Event | None = None,
+    wake: Wake | None = None,
 ) -> T: ...
 
 
@@ -126,7 +138,7 @@ async def eventually(
     *,
     interval: float = 0.005,
     what: str | None = None,
-    wake: asyncio.Event | None = None,
+    wake: Wake | None = None,
 ) -> Any:
     """The first truthy value of ``predicate()`` (sync or async), checked until ``timeout``.
 

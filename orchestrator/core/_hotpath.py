@@ -118,9 +118,12 @@ def append_text(run: Run, part: TextDelta) -> Run | None:
         if newest:  # TextBuffer.grow's usual case, written out
             buf._size = end
             chunks = buf._chunks
-            chunks.append(delta)
-            if end >= buf._flatten_at and len(chunks) >= FLATTEN_CHUNKS:
-                buf._flatten()
+            if chunks is None:
+                buf._chunks = [delta]
+            else:
+                chunks.append(delta)
+                if end >= buf._flatten_at and len(chunks) >= FLATTEN_CHUNKS:
+                    buf._flatten()
     finally:
         lock_release()
     draft._buf = buf if newest else buf.grow(length, delta)

@@ -67,32 +67,45 @@ class ModelRequest:
 
 
 class CancelSignal:
-    """A one-way flag that says the work should stop (an ``AbortSignal``)."""
+    """A one-way flag that says the work should stop (an ``AbortSignal``).
 
-    __slots__ = ("_event", "reason")
+    Every step and tool call has one, and almost none is ever waited on: the future ``wait``
+    needs is made on the first wait (an ``asyncio.Event`` made a 760-byte deque up front).
+    """
+
+    __slots__ = ("_cancelled", "_waiter", "reason")
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._cancelled = False
+        self._waiter: asyncio.Future[None] | None = None
         self.reason: str | None = None
 
     @property
     def cancelled(self) -> bool:
         """Whether cancellation was requested."""
-        return self._event.is_set()
+        return self._cancelled
 
     def is_cancelled(self) -> bool:
         """``cancelled`` as a call (type checkers do not assume it stays unchanged)."""
-        return self._event.is_set()
+        return self._cancelled
 
     def cancel(self, reason: str = "cancelled") -> None:
         """Request cancellation (idempotent; the first reason is kept)."""
-        if not self._event.is_set():
+        if not self._cancelled:
+            self._cancelled = True
             self.reason = reason
-            self._event.set()
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     async def wait(self) -> None:
         """Return once cancellation is requested."""
-        await self._event.wait()
+        if self._cancelled:
+            return
+        waiter = self._waiter
+        if waiter is None:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(waiter)  # one waiter cancelled leaves the others waiting
 
 
 @runtime_checkable

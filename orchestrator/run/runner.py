@@ -46,6 +46,7 @@ from orchestrator.run.nested import NestedInbox, respond_nested
 from orchestrator.run.pacing import StreamPacer
 from orchestrator.run.steps import Steps, StepWork, stale
 from orchestrator.run.tool_calls import ToolCalls, recovery_policy
+from orchestrator.run.waiting import Flag, Mutex
 from orchestrator.store.base import EventStore
 
 __all__ = ["Listener", "Recorded", "SessionRunner"]
@@ -134,8 +135,8 @@ class SessionRunner:
         """The stream-write budget this session shares with the others of its process."""
         self.limits = Limits(agent.max_steps)
         self.listeners: list[Listener] = []
-        self._lock = asyncio.Lock()
-        self._changed = asyncio.Condition()
+        self._lock = Mutex()
+        self._changed = Flag()  # pulsed after every write that someone waits on (wait_for)
         # The parts of the run loop reach the runner through a weak proxy, and the runner drops its
         # listeners when it closes: a closed session is then no reference cycle, so reference
         # counting frees it at once. Hosts collect cycles rarely (run/gc_tuning.py), and a cycle
@@ -310,8 +311,7 @@ class SessionRunner:
                     await listener(applied, state, index)
                 self._reconcile()
                 if self._waiters:
-                    async with self._changed:
-                        self._changed.notify_all()
+                    self._changed.pulse()
         for start in starts:
             start()
         if cancel is not None and not self._cancelling:
@@ -455,10 +455,9 @@ class SessionRunner:
         async def wait() -> AIState:
             self._waiters += 1
             try:
-                async with self._changed:
-                    while not predicate(self.log.state):
-                        await self._changed.wait()
-                    return self.log.state
+                while not predicate(self.log.state):
+                    await self._changed.wait()
+                return self.log.state
             finally:
                 self._waiters -= 1
 

@@ -91,6 +91,15 @@ def ledger_counts(ledger: Path) -> collections.Counter[str]:
     return collections.Counter(ledger.read_text().split()) if ledger.exists() else collections.Counter()
 
 
+async def session_logs(store_url: str, session_ids: list[str]) -> dict[str, list[Event]]:
+    """The sessions' logs, read with a store connection of our own."""
+    store = open_store(store_url)
+    try:
+        return {sid: await store.read(sid) for sid in session_ids}
+    finally:
+        await store.close()
+
+
 async def interrupted_sessions(store_url: str, session_ids: list[str]) -> set[str]:
     """The sessions whose log holds a tool call that was cut short (``interrupted``)."""
 
@@ -98,11 +107,7 @@ async def interrupted_sessions(store_url: str, session_ids: list[str]) -> set[st
         data = event.data
         return data.get("code") if isinstance(data, Mapping) else getattr(data, "code", None)
 
-    store = open_store(store_url)
-    try:
-        logs = {sid: await store.read(sid) for sid in session_ids}
-    finally:
-        await store.close()
+    logs = await session_logs(store_url, session_ids)
     return {sid for sid, log in logs.items() if any(e.type == ai.TOOL_FAILED and code(e) == "interrupted" for e in log)}
 
 
@@ -232,9 +237,12 @@ async def test_a_host_and_a_data_worker_killed_mid_pipeline(data_runtime: Runtim
     agent = charging_agent(ledger, crash=str(crash), store=data_runtime.store_url, gate=gate)
 
     def prompt(row: Mapping[str, Any]) -> str:
-        with open(pids, "a") as f:  # the Ray Data worker running this row
-            f.write(f"{os.getpid()}\n")
+        with open(pids, "a") as f:  # the Ray Data worker running this row, and the row
+            f.write(f"{os.getpid()} {row['id']}\n")
         return str(row["question"])
+
+    def prompted() -> list[tuple[int, str]]:
+        return [(int(pid), sid) for pid, sid in (line.split() for line in pids.read_text().splitlines())]
 
     n = 12
     ds = ray.data.from_items(rows(n))
@@ -246,13 +254,20 @@ async def test_a_host_and_a_data_worker_killed_mid_pipeline(data_runtime: Runtim
     await eventually(lambda: count_lines(crash) == 1, TIMEOUT, interval=0.05, what="the host to crash in a charge")
 
     async def waiting() -> bool:
-        return bool(await gate.count.remote() >= 2)
+        # Every row prompted so far has either ended its turn (its charge cut short by the
+        # crash) or is charging now, held at the gate; and one is. (Counting arrivals is not
+        # enough: a charge that arrived on the crashed host no longer waits, and the rows of a
+        # batch whose other charges were all cut short hold the pipeline with one at the gate.)
+        logs = await session_logs(data_runtime.store_url, [sid for _, sid in prompted()])
+        ended = {sid for sid, log in logs.items() if any(e.type == ai.TURN_FINISHED for e in log)}
+        held = {sid for sid, log in logs.items() if sid not in ended and sid in ledger_counts(ledger)}
+        return bool(held) and ended | held == set(logs) and await gate.count.remote() >= len(held)
 
-    await eventually(waiting, TIMEOUT, interval=0.05, what="charges waiting at the gate")
-    worker = int(pids.read_text().split()[0])
+    await eventually(waiting, TIMEOUT, interval=0.2, what="charges waiting at the gate")
+    worker = prompted()[0][0]
     os.kill(worker, signal.SIGKILL)  # the Ray Data actor, with its batches in flight
     await eventually(
-        lambda: any(int(p) != worker for p in pids.read_text().split()),
+        lambda: any(pid != worker for pid, _ in prompted()),
         TIMEOUT,
         interval=0.05,
         what="the worker to be replaced",

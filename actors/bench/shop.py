@@ -238,11 +238,6 @@ class MemorySampler:
         return int(MemorySampler._summed(lambda proc: proc.memory_info().rss))
 
     @staticmethod
-    def cpu() -> float:
-        """CPU seconds (user + system) of this process and every descendant."""
-        return MemorySampler._summed(lambda proc: sum(proc.cpu_times()[:2]))  # user + system
-
-    @staticmethod
     def cpu_by_kind() -> dict[str, float]:
         """CPU seconds (user + system) of this process and every descendant, by kind (``process_kind``)."""
         me = psutil.Process()
@@ -254,11 +249,6 @@ class MemorySampler:
             except psutil.Error:
                 pass
         return out
-
-    @staticmethod
-    def own_cpu() -> float:
-        """CPU seconds (user + system) of this process alone (the driver: client calls and the consumer)."""
-        return float(sum(psutil.Process().cpu_times()[:2]))
 
     def _run(self) -> None:
         start = time.thread_time()
@@ -350,16 +340,15 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
     ttfts: list[float] = []
     before_bytes = await _store_bytes(rt.store)
     waited0: int = ((await rt.supervisor.info.remote())["dedicated"] or {}).get("waited", 0)
-    cpu0, driver0, kinds0 = MemorySampler.cpu(), MemorySampler.own_cpu(), MemorySampler.cpu_by_kind()
+    kinds0 = MemorySampler.cpu_by_kind()
     with MemorySampler() as memory:
         start = time.perf_counter()
         delivered = await asyncio.gather(*(shop_session(s, ttfts) for s in sessions))
         wall = time.perf_counter() - start
-    cpu = MemorySampler.cpu() - cpu0 - memory.cpu_s
-    driver = MemorySampler.own_cpu() - driver0 - memory.cpu_s
-    chunks_seen = max(sum(delivered), 1)
-    kinds = MemorySampler.cpu_by_kind()
+    kinds = MemorySampler.cpu_by_kind()  # one walk of the process tree: the total and the driver's share too
     split = {k: kinds[k] - kinds0.get(k, 0.0) - (memory.cpu_s if k == "driver" else 0.0) for k in kinds}
+    cpu, driver = sum(split.values()), split.get("driver", 0.0)
+    chunks_seen = max(sum(delivered), 1)
     await rt.deactivate_idle()
     stored = await _store_bytes(rt.store) - before_bytes
     pool: dict[str, Any] = (await rt.supervisor.info.remote())["dedicated"] or {}

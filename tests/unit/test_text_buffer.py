@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-import tracemalloc
-from collections.abc import Callable
-
 from orchestrator.core.parts import TextPart
-
-
-def _bytes_each(make: Callable[[], object], count: int = 500) -> float:
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        kept = [make() for _ in range(count)]
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert len(kept) == count
-    return grown / count
+from tests.unit.sizes import bytes_each
 
 
 def test_a_text_that_never_grows_is_the_part_its_buffer_and_the_string() -> None:
     text = "x" * 40
-    assert _bytes_each(lambda: TextPart("m:0", text)) < 140  # with an empty list of appends: 176
+    assert bytes_each(lambda: TextPart("m:0", text)) < 140  # with an empty list of appends: 176
 
 
 def test_a_text_read_after_it_grew_keeps_no_list_of_appends() -> None:
@@ -34,4 +20,4 @@ def test_a_text_read_after_it_grew_keeps_no_list_of_appends() -> None:
     assert parts[100].text == last.text[:301]  # an older version reads its own length
     assert last.text_from(1) == last.text[1:]
     assert last._buf._chunks is None  # joined into one string once read, and the list let go
-    assert _bytes_each(lambda: last.extended("").text) < 16  # reading again copies nothing (8: the list slot)
+    assert bytes_each(lambda: last.extended("").text) < 16  # reading again copies nothing (8: the list slot)

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import tracemalloc
-from collections.abc import Callable
 
 import pytest
 
 from orchestrator.models.base import CancelSignal
 from orchestrator.run.waiting import Flag, Mailbox, Mutex
+from tests.unit.sizes import bytes_each
 
 
 async def _settle() -> None:
@@ -171,23 +170,11 @@ async def test_a_mutex_that_was_waited_on_keeps_no_list_once_nobody_waits() -> N
     mutex.release()
     await waiting
     mutex.release()
-    assert _bytes_each(Mutex) < 120 and mutex._waiters is None  # an asyncio.Lock keeps its 760-byte deque
-
-
-def _bytes_each(make: Callable[[], object], count: int = 500) -> float:
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        kept = [make() for _ in range(count)]
-        grown = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert len(kept) == count
-    return grown / count
+    assert bytes_each(Mutex) < 120 and mutex._waiters is None  # an asyncio.Lock keeps its 760-byte deque
 
 
 def test_idle_flags_mailboxes_and_cancel_signals_hold_no_deque() -> None:
     # An asyncio.Event is ~830 bytes (its deque alone 760), an asyncio.Queue ~2,600.
-    assert _bytes_each(Flag) < 120
-    assert _bytes_each(Mailbox) < 200
-    assert _bytes_each(CancelSignal) < 120
+    assert bytes_each(Flag) < 120
+    assert bytes_each(Mailbox) < 200
+    assert bytes_each(CancelSignal) < 120

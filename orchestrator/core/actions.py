@@ -40,6 +40,8 @@ class ApplyPart:
 
     def __post_init__(self) -> None:
         within = cast(object, self.within)
+        if within is None or type(within) is tuple:  # the usual cases, without the ABC check below
+            return
         if isinstance(within, Sequence) and not isinstance(within, str | tuple):
             object.__setattr__(self, "within", tuple(within))
 

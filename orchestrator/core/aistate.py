@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
-from orchestrator.core._fast import slot_setter
+from orchestrator.core._fast import replacer
 from orchestrator.core._pvec import PVec
 from orchestrator.core.parts import AgentMessage, Role, RunStatus
 from orchestrator.core.payloads import CommandPayload, TurnPhase
@@ -32,7 +32,10 @@ __all__ = [
     "ToolRecord",
     "TurnPhase",
     "Usage",
+    "changed",
 ]
+
+T = TypeVar("T")
 
 ToolStatus: TypeAlias = Literal[
     "pending", "awaiting-approval", "approved", "running", "done", "error", "cancelled", "denied", "interrupted"
@@ -313,13 +316,27 @@ class AIState:
 
     def with_(self, **changes: Any) -> AIState:
         """A copy with ``changes`` (``dataclasses.replace``, without its checks: the fold's hot path)."""
-        new: AIState = object.__new__(AIState)
-        for name, setter in _AI_SETTERS:
-            setter(new, changes[name] if name in changes else getattr(self, name))
-        return new
+        return changed(self, **changes)  # replaced below by the class's own replacer (one call less)
 
 
-_AI_SETTERS = tuple((f, slot_setter(AIState, f)) for f in AIState.__dataclass_fields__)
+AIState.with_ = replacer(AIState)  # type: ignore[method-assign]
+
+_REPLACERS: dict[type, Any] = {
+    cls: replacer(cls)
+    for cls in (AIState, Inbox, InboxItem, StepState, ActiveTurn, ToolRecord, Interaction, CompactionState, Usage)
+}
+
+
+def changed(value: T, **changes: Any) -> T:
+    """A copy of a fold value (``AIState``, ``ToolRecord``, ...) with ``changes``.
+
+    ``dataclasses.replace`` without its checks (``orchestrator.core._fast.replacer``); a name that
+    is not a field raises ``TypeError``.
+    """
+    replace: Any = _REPLACERS[type(value)]
+    result: T = replace(value, **changes)
+    return result
+
 
 AI_STATE_KEYS: frozenset[str] = frozenset(
     {f for f in AIState.__dataclass_fields__} | {"messages", "status", "error", "indicator"}

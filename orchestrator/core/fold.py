@@ -13,9 +13,8 @@ would have to be repeated per module, and the shared turn-ending helpers would c
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any, Literal, assert_never, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeAlias, assert_never, cast, get_args
 
 from orchestrator.core.actions import ApplyPart, Reset, Retry, Send, SessionAction, Stop, ToolPhase
 from orchestrator.core.aistate import (
@@ -30,12 +29,14 @@ from orchestrator.core.aistate import (
     StepState,
     ToolRecord,
     Usage,
+    changed,
 )
 from orchestrator.core.contract import Contract
 from orchestrator.core.events import Event
 from orchestrator.core.ids import logical_event_id
 from orchestrator.core.parts import AgentMessage, TextPart
 from orchestrator.core.payloads import (
+    PAYLOAD_CLASSES,
     ChildStarted,
     CommandPayload,
     Compaction,
@@ -93,6 +94,10 @@ _TOOL_FAILURE_STATUS = {
 }
 
 
+Evolved: TypeAlias = tuple[AIState, list[SessionAction]]
+"""A fold step's result: the next state, and the session actions that produced its conversation."""
+
+
 def initial_state(contract: Contract | None = None) -> AIState:
     """The state of an empty log."""
     return AIState(app=contract.initial_app if contract is not None else {})
@@ -128,76 +133,32 @@ def evolve(state: AIState, event: Event, contract: Contract | None = None) -> tu
 
 
 def _evolve_ai(state: AIState, event: Event) -> tuple[AIState, list[SessionAction]]:
-    """The built-in fold: an app event (or an ``ai.*`` type this version does not know) changes nothing."""
+    """The built-in fold: an app event (or an ``ai.*`` type this version does not know) changes nothing.
+
+    A table by payload class, not a ``match``: a ``match`` tries its class patterns one by one, so
+    a late case (a tool result, a nested batch) paid some twenty ``isinstance`` checks per event.
+    """
     data = event.data
     if data is None:
         return state, []
-    match data:
-        case HandlerScheduled():
-            due = DueHandler(data.event_id, data.event_type, event.index)
-            return state.with_(due_handlers={**state.due_handlers, data.event_id: due}), []
-        case HandlerFinished():
-            if data.event_id not in state.due_handlers:
-                return state, []  # a second run's finish (at-least-once): already recorded
-            handlers = {k: v for k, v in state.due_handlers.items() if k != data.event_id}
-            return state.with_(due_handlers=handlers), []
-        case Stream():
-            return _on_stream(state, data)
-        case (
-            Input()
-            | InputEdit()
-            | InputMove()
-            | InputRemove()
-            | InputSendNow()
-            | TurnStop()
-            | TurnRetry()
-            | Pause()
-            | Resume()
-            | Respond()
-            | SessionReset()
-        ):
-            # Keyed by the command's own id, also in a fork's copy (see ``fork_event_id``).
-            return state.with_(pending={**state.pending, logical_event_id(event.id): data}), []
-        case Decided():
-            return _on_decided(state, data)
-        case InputAdmitted():
-            return _on_admitted(state, data)
-        case TurnStarted():
-            return _on_turn_started(state, data)
-        case TurnPhaseChanged():
-            return _on_turn_phase(state, data)
-        case TurnFinished():
-            return _on_turn_finished(state, data)
-        case StepStarted():
-            return _on_step_started(state, data)
-        case StepFinished():
-            return _on_step_finished(state, data)
-        case StepFailed():
-            return _on_step_failed(state, data)
-        case StepSuperseded():
-            return _on_step_superseded(state, data)
-        case ToolStarted():
-            return _on_tool_started(state, data)
-        case ToolReset():
-            return _on_tool_reset(state, data)
-        case ToolFinished():
-            return _on_tool_finished(state, data)
-        case ToolFailed():
-            return _on_tool_failed(state, data)
-        case InteractionRequested():
-            return _on_interaction(state, data)
-        case ChildStarted():
-            return _on_child_started(state, data)
-        case Nested():
-            return _on_nested(state, data)
-        case Compaction():
-            return _on_compaction(state, data)
-        case ModelMetadataRequested():
-            return _on_metadata_requested(state, data)
-        case ModelMetadataResolved():
-            return _on_metadata_resolved(state, data)
-        case _:
-            assert_never(data)
+    return _HANDLERS[type(data)](state, event, data)
+
+
+def _on_handler_scheduled(state: AIState, event: Event, data: HandlerScheduled) -> Evolved:
+    due = DueHandler(data.event_id, data.event_type, event.index)
+    return state.with_(due_handlers={**state.due_handlers, data.event_id: due}), []
+
+
+def _on_handler_finished(state: AIState, event: Event, data: HandlerFinished) -> Evolved:
+    if data.event_id not in state.due_handlers:
+        return state, []  # a second run's finish (at-least-once): already recorded
+    handlers = {k: v for k, v in state.due_handlers.items() if k != data.event_id}
+    return state.with_(due_handlers=handlers), []
+
+
+def _on_command(state: AIState, event: Event, data: CommandPayload) -> Evolved:
+    # Keyed by the command's own id, also in a fork's copy (see ``fork_event_id``).
+    return state.with_(pending={**state.pending, logical_event_id(event.id): data}), []
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -214,7 +175,7 @@ def _set_tool(state: AIState, call_id: str, **changes: Any) -> dict[str, ToolRec
     tools = dict(state.tools)
     record = tools.get(call_id)
     if record is not None:
-        tools[call_id] = replace(record, **changes)
+        tools[call_id] = changed(record, **changes)
     return tools
 
 
@@ -259,11 +220,11 @@ def _end_turn(
         if interaction.status == "pending" and tools.get(interaction.call_id, None) is not None:
             record = tools[interaction.call_id]
             if record.turn_id == turn_id:
-                interactions[key] = replace(interaction, status="closed")
+                interactions[key] = changed(interaction, status="closed")
                 closed.append(ApplyPart(ToolFailure(interaction.call_id, CLOSED, "cancelled")))
     for call_id, record in state.tools.items():
         if record.turn_id == turn_id and not record.final:
-            tools[call_id] = replace(record, status="cancelled")
+            tools[call_id] = changed(record, status="cancelled")
     active = state.active
     steps = state.session_steps
     if active is not None and active.step is not None and active.step.status == "running":
@@ -271,7 +232,7 @@ def _end_turn(
     compaction = state.compaction
     if compaction is not None and compaction.status == "running":
         # The turn ended under a running summary (a stop): the compaction is interrupted there.
-        compaction = replace(compaction, status="interrupted")
+        compaction = changed(compaction, status="interrupted")
         closed.append(ApplyPart(_interrupted(compaction, active)))
     return _run(
         state,
@@ -304,12 +265,12 @@ def _apply(state: AIState, command_id: str, body: CommandPayload) -> tuple[AISta
         case Input():
             return _apply_input(state, command_id, body)
         case InputEdit():
-            items = tuple(replace(i, text=body.text) if i.id == body.input_id else i for i in state.inbox.items)
-            return state.with_(inbox=replace(state.inbox, items=items)), []
+            items = tuple(changed(i, text=body.text) if i.id == body.input_id else i for i in state.inbox.items)
+            return state.with_(inbox=changed(state.inbox, items=items)), []
         case InputMove():
             return _apply_move(state, body)
         case InputRemove():
-            return state.with_(inbox=replace(state.inbox, items=_without(state.inbox.items, [body.input_id]))), []
+            return state.with_(inbox=changed(state.inbox, items=_without(state.inbox.items, [body.input_id]))), []
         case InputSendNow():
             return _apply_send_now(state, body)
         case TurnStop():
@@ -338,7 +299,7 @@ def _apply_reset(state: AIState) -> tuple[AIState, list[SessionAction]]:
     actions: list[SessionAction] = []
     if state.active is not None:
         state, actions = _end_turn(state, state.active.id, "stopped", [Stop()])
-    state, reset = _run(state, [Reset()], inbox=replace(state.inbox, items=()), interactions={}, compaction=None)
+    state, reset = _run(state, [Reset()], inbox=changed(state.inbox, items=()), interactions={}, compaction=None)
     return state.with_(retry_requested=False), actions + reset
 
 
@@ -354,7 +315,7 @@ def _apply_input(state: AIState, command_id: str, body: Input) -> tuple[AIState,
         items = (*items[:at], item, *items[at:])
     else:
         items = (*items, item)
-    return state.with_(inbox=replace(state.inbox, items=items)), []
+    return state.with_(inbox=changed(state.inbox, items=items)), []
 
 
 def _apply_move(state: AIState, body: InputMove) -> tuple[AIState, list[SessionAction]]:
@@ -364,7 +325,7 @@ def _apply_move(state: AIState, body: InputMove) -> tuple[AIState, list[SessionA
     rest = _without(state.inbox.items, [body.input_id])
     before = body.before_id
     at = next((i for i, x in enumerate(rest) if x.id == before), len(rest)) if before is not None else len(rest)
-    return state.with_(inbox=replace(state.inbox, items=(*rest[:at], item, *rest[at:]))), []
+    return state.with_(inbox=changed(state.inbox, items=(*rest[:at], item, *rest[at:]))), []
 
 
 def _apply_send_now(state: AIState, body: InputSendNow) -> tuple[AIState, list[SessionAction]]:
@@ -373,9 +334,9 @@ def _apply_send_now(state: AIState, body: InputSendNow) -> tuple[AIState, list[S
         return state, []
     rest = _without(state.inbox.items, [body.input_id])
     turn = state.active.id if state.active is not None else None
-    promoted = replace(item, generate=True, after_step_of=turn)
+    promoted = changed(item, generate=True, after_step_of=turn)
     at = _steer_position(rest, turn) if turn is not None else 0
-    return state.with_(inbox=replace(state.inbox, items=(*rest[:at], promoted, *rest[at:]))), []
+    return state.with_(inbox=changed(state.inbox, items=(*rest[:at], promoted, *rest[at:]))), []
 
 
 def _apply_stop(state: AIState, body: TurnStop) -> tuple[AIState, list[SessionAction]]:
@@ -385,23 +346,23 @@ def _apply_stop(state: AIState, body: TurnStop) -> tuple[AIState, list[SessionAc
     items = tuple(i for i in state.inbox.items if i.after_step_of != active.id)
     if body.cancel_queued:
         items = ()
-    state = state.with_(inbox=replace(state.inbox, items=items))
+    state = state.with_(inbox=changed(state.inbox, items=items))
     return _end_turn(state, active.id, "stopped", [Stop()])
 
 
 def _apply_pause(state: AIState, body: Pause) -> tuple[AIState, list[SessionAction]]:
-    inbox = replace(state.inbox, paused=True)
+    inbox = changed(state.inbox, paused=True)
     active = state.active
     if body.when == "now" and active is not None and active.phase not in ("pausing", "paused"):
-        active = replace(active, phase="pausing", paused_from=active.phase, interrupted=True)
+        active = changed(active, phase="pausing", paused_from=active.phase, interrupted=True)
     return state.with_(inbox=inbox, active=active), []
 
 
 def _apply_resume(state: AIState) -> tuple[AIState, list[SessionAction]]:
-    inbox = replace(state.inbox, paused=False)
+    inbox = changed(state.inbox, paused=False)
     active = state.active
     if active is not None and active.phase in ("pausing", "paused"):
-        active = replace(active, phase=active.paused_from or "generating", paused_from=None)
+        active = changed(active, phase=active.paused_from or "generating", paused_from=None)
     return state.with_(inbox=inbox, active=active), []
 
 
@@ -411,7 +372,7 @@ def _apply_respond(state: AIState, body: Respond) -> tuple[AIState, list[Session
         return state, []
     interactions = {
         **state.interactions,
-        interaction.id: replace(
+        interaction.id: changed(
             interaction, status="approved" if body.approved else "denied", reason=body.reason or None
         ),
     }
@@ -433,7 +394,7 @@ def _on_admitted(state: AIState, p: InputAdmitted) -> tuple[AIState, list[Sessio
     ids = set(p.input_ids)
     items = [i for i in state.inbox.items if i.id in ids]
     session, actions = _admit(state.session, items, generate=False)
-    return state.with_(session=session, inbox=replace(state.inbox, items=_without(state.inbox.items, ids))), actions
+    return state.with_(session=session, inbox=changed(state.inbox, items=_without(state.inbox.items, ids))), actions
 
 
 def _on_turn_started(state: AIState, p: TurnStarted) -> tuple[AIState, list[SessionAction]]:
@@ -447,7 +408,7 @@ def _on_turn_started(state: AIState, p: TurnStarted) -> tuple[AIState, list[Sess
         admitted = {i.id: i for i in state.inbox.items if i.id in set(ids)}
         ordered = [admitted[i] for i in ids if i in admitted]
         # Everything but the last input enters as context; the last one generates.
-        context = [replace(i, generate=False) for i in ordered[:-1]]
+        context = [changed(i, generate=False) for i in ordered[:-1]]
         session, context_actions = _admit(state.session, context, generate=False)
         session, last_actions = _admit(session, ordered[-1:], generate=True)
         actions = context_actions + last_actions
@@ -458,7 +419,7 @@ def _on_turn_started(state: AIState, p: TurnStarted) -> tuple[AIState, list[Sess
     return (
         state.with_(
             session=session,
-            inbox=replace(state.inbox, items=items),
+            inbox=changed(state.inbox, items=items),
             active=active,
             turns=state.turns + 1,
             starting=False,
@@ -475,7 +436,7 @@ def _on_turn_phase(state: AIState, p: TurnPhaseChanged) -> tuple[AIState, list[S
     paused_from = active.paused_from
     if p.phase == "paused" and paused_from is None and active.phase not in ("pausing", "paused"):
         paused_from = active.phase  # held at a handoff by a pause after the turn: resume into it
-    return state.with_(active=replace(active, phase=p.phase, paused_from=paused_from)), []
+    return state.with_(active=changed(active, phase=p.phase, paused_from=paused_from)), []
 
 
 def _on_turn_finished(state: AIState, p: TurnFinished) -> tuple[AIState, list[SessionAction]]:
@@ -510,7 +471,7 @@ def _on_step_started(state: AIState, p: StepStarted) -> tuple[AIState, list[Sess
         attempt=p.attempt,
     )
     actions: list[SessionAction] = [ApplyPart(MessageStart(active.message_id))]
-    return _run(state, actions, active=replace(active, step=step, phase="generating"))
+    return _run(state, actions, active=changed(active, step=step, phase="generating"))
 
 
 def _current_step(state: AIState, step_id: str | None) -> StepState | None:
@@ -539,14 +500,14 @@ def _on_step_finished(state: AIState, p: StepFinished) -> tuple[AIState, list[Se
     tools = dict(state.tools)
     for call_id, name in p.tool_calls:
         tools.setdefault(call_id, ToolRecord(call_id, name, active.id))
-    finished = replace(
+    finished = changed(
         step, status="finished", finish_reason=p.finish_reason, tool_calls=tuple(c for c, _ in p.tool_calls)
     )
     usage = _add_usage(state.usage, p.usage, step.model, p.estimate)
     phase = "tools" if p.tool_calls else active.phase
     return (
         state.with_(
-            active=replace(active, step=finished, steps=active.steps + 1, phase=phase),
+            active=changed(active, step=finished, steps=active.steps + 1, phase=phase),
             tools=tools,
             usage=usage,
             session_steps=state.session_steps + 1,
@@ -569,7 +530,7 @@ def _add_usage(usage: Usage, step_usage: Mapping[str, Any] | None, model: str, e
 def _end_step(state: AIState, active: ActiveTurn, step: StepState, status: Literal["failed", "superseded"]) -> AIState:
     """The current step ended with ``status``: it counts, in the turn and in the session."""
     return state.with_(
-        active=replace(active, step=replace(step, status=status), steps=active.steps + 1),
+        active=changed(active, step=changed(step, status=status), steps=active.steps + 1),
         session_steps=state.session_steps + 1,
     )
 
@@ -591,13 +552,13 @@ def _on_step_superseded(state: AIState, p: StepSuperseded) -> tuple[AIState, lis
     actions: list[SessionAction] = []
     if compaction is not None and compaction.status == "running":
         # A pause now or a retry cut the step while it summarized: that compaction is interrupted.
-        interrupted = replace(compaction, status="interrupted")
+        interrupted = changed(compaction, status="interrupted")
         state, actions = _run(state, [ApplyPart(_interrupted(interrupted, active))], compaction=interrupted)
     if p.restart:
         # The same position runs again: roll its partial output back (the new attempt rewrites it).
         session = state.session
         rewound = make_state(resumable(session.messages), session.status, session.error)
-        return state.with_(session=rewound, active=replace(active, step=replace(step, status="superseded"))), actions
+        return state.with_(session=rewound, active=changed(active, step=changed(step, status="superseded"))), actions
     return _end_step(state, active, step, "superseded"), actions
 
 
@@ -612,7 +573,7 @@ def _on_tool_started(state: AIState, p: ToolStarted) -> tuple[AIState, list[Sess
         tools = _set_tool(state, p.call_id, status="running", attempts=attempt, recovery=p.recovery)
     active = state.active
     if active is not None and active.phase not in ("pausing", "paused"):
-        active = replace(active, phase="tools")
+        active = changed(active, phase="tools")
     return _run(state, [ToolPhase(record.name, "running", id=p.call_id)], tools=tools, active=active)
 
 
@@ -733,3 +694,38 @@ def _on_metadata_resolved(state: AIState, p: ModelMetadataResolved) -> tuple[AIS
     else:
         metadata = ModelMetadata("unavailable")
     return state.with_(model_metadata={**state.model_metadata, p.model: metadata}), []
+
+
+def _payload_only(handle: Callable[[AIState, Any], Evolved]) -> Callable[[AIState, Event, Any], Evolved]:
+    return lambda state, _event, data: handle(state, data)
+
+
+_HANDLERS: dict[type, Callable[[AIState, Event, Any], Evolved]] = {
+    HandlerScheduled: _on_handler_scheduled,
+    HandlerFinished: _on_handler_finished,
+    **dict.fromkeys(get_args(CommandPayload), _on_command),
+    Stream: _payload_only(_on_stream),
+    Decided: _payload_only(_on_decided),
+    InputAdmitted: _payload_only(_on_admitted),
+    TurnStarted: _payload_only(_on_turn_started),
+    TurnPhaseChanged: _payload_only(_on_turn_phase),
+    TurnFinished: _payload_only(_on_turn_finished),
+    StepStarted: _payload_only(_on_step_started),
+    StepFinished: _payload_only(_on_step_finished),
+    StepFailed: _payload_only(_on_step_failed),
+    StepSuperseded: _payload_only(_on_step_superseded),
+    ToolStarted: _payload_only(_on_tool_started),
+    ToolReset: _payload_only(_on_tool_reset),
+    ToolFinished: _payload_only(_on_tool_finished),
+    ToolFailed: _payload_only(_on_tool_failed),
+    InteractionRequested: _payload_only(_on_interaction),
+    ChildStarted: _payload_only(_on_child_started),
+    Nested: _payload_only(_on_nested),
+    Compaction: _payload_only(_on_compaction),
+    ModelMetadataRequested: _payload_only(_on_metadata_requested),
+    ModelMetadataResolved: _payload_only(_on_metadata_resolved),
+}
+"""The fold of each built-in payload class (``_evolve_ai``)."""
+
+if set(_HANDLERS) != set(PAYLOAD_CLASSES.values()):  # a payload class added without a fold
+    raise TypeError(f"no fold for {sorted(c.__name__ for c in set(PAYLOAD_CLASSES.values()) - set(_HANDLERS))}")

@@ -104,18 +104,16 @@ def diff(before: AIState, after: AIState, index: int) -> list[Mutation]:
     """The mutations that take a client from ``before`` to ``after`` (all stamped ``index``)."""
     out: list[Mutation] = []
     _diff_run(before.session, after.session, (), out)
-    if before.active != after.active or before.last_turn != after.last_turn:
+    # Identity first: most events leave these values as they were (the same objects), and a
+    # dataclass's ``!=`` builds a tuple of every field on each side before it compares.
+    turn_changed = _changed(before.active, after.active) or _changed(before.last_turn, after.last_turn)
+    if turn_changed:
         out.append({"type": "turn", "turn": turn_of(after), "lastTurn": info_of(after)["lastTurn"]})
     if before.interactions is not after.interactions:
         for key, interaction in after.interactions.items():
             if before.interactions.get(key) != interaction:
                 out.append({"type": "interaction", "interaction": interaction_to_wire(interaction)})
-    if (
-        before.inbox != after.inbox
-        or before.active != after.active
-        or before.last_turn != after.last_turn
-        or before.indicator != after.indicator
-    ):
+    if turn_changed or _changed(before.inbox, after.inbox) or before.indicator != after.indicator:
         out.append({"type": "info", "info": info_of(after)})
     if before.app is not after.app and before.app != after.app:
         out.append({"type": "app", "app": dict(after.app)})
@@ -124,6 +122,11 @@ def diff(before: AIState, after: AIState, index: int) -> list[Mutation]:
     for mutation in out:
         mutation["index"] = index
     return out
+
+
+def _changed(old: object, new: object) -> bool:
+    """``old != new``, answered by identity when they are the same object."""
+    return old is not new and old != new
 
 
 def _diff_run(

@@ -108,6 +108,7 @@ COMMANDS = [
     ["sessions", "fork"],
     ["bench"],
     ["bench", "reducer"],
+    ["bench", "fold"],
     ["bench", "store"],
     ["bench", "shop"],
     ["bench", "actors"],
@@ -584,6 +585,17 @@ def test_bench_reducer(tmp_path: Path) -> None:
     assert "text-deltas/s" in result.stdout
     figures = json.loads(out.read_text())
     assert len(figures) == 4 and all(f["deltas_per_s"] > 0 for f in figures)
+
+
+def test_bench_fold(tmp_path: Path) -> None:
+    out = tmp_path / "fold.json"
+    result = invoke("bench", "fold", "--sessions", "2", "--repeats", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert "events/s" in result.stdout
+    figures = json.loads(out.read_text())
+    # Two sessions of three turns: each log holds its inputs, steps, tools and nested batches.
+    assert figures["sessions"] == 2 and figures["events"] >= 2 * 3 * 15
+    assert figures["events_per_s"] > 0 and figures["us_per_event"] > 0
 
 
 def test_bench_actors_hook_without_its_module() -> None:

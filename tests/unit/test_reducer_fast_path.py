@@ -10,6 +10,7 @@ and the same client mutations.
 from __future__ import annotations
 
 import pickle
+from dataclasses import FrozenInstanceError, dataclass, replace
 from typing import Any
 
 import pytest
@@ -27,13 +28,17 @@ from orchestrator import (
     ToolCall,
     session_reducer,
 )
+from orchestrator.core import fold as fold_module
 from orchestrator.core import reducer
-from orchestrator.core._fast import check_draft
+from orchestrator.core._fast import check_draft, replacer
 from orchestrator.core._hotpath import append_text
 from orchestrator.core._pvec import PVec
 from orchestrator.core.actions import SessionAction
+from orchestrator.core.aistate import ToolRecord, changed
+from orchestrator.core.fold import initial_state
 from orchestrator.core.mutations import _diff_run
 from orchestrator.core.parts import AgentMessage, ToolPart, revised
+from orchestrator.core.payloads import PAYLOAD_CLASSES
 from orchestrator.core.wire import state_to_wire
 
 from .strategies import actions, message_ids, stream_parts, texts
@@ -197,3 +202,44 @@ def test_a_draft_must_match_its_class() -> None:
     with pytest.raises(TypeError, match="slots of AgentMessage"):
         check_draft(Short, AgentMessage)
     check_draft(Exact, SessionState)
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    x: int
+    y: int = 0
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    x: int
+
+    def __post_init__(self) -> None:
+        if self.x < 0:
+            raise ValueError("x must not be negative")
+
+
+def test_a_replacer_copies_like_dataclasses_replace() -> None:
+    point = _Point(1, 2, "a")
+    moved = replacer(_Point)(point, y=5)
+    assert moved == replace(point, y=5) == _Point(1, 5, "a")
+    assert type(moved) is _Point and point == _Point(1, 2, "a")  # the original is untouched
+    with pytest.raises(FrozenInstanceError):
+        moved.x = 3  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(moved)) == moved
+    with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
+        replacer(_Point)(point, z=1)
+    # A class that checks its values in __post_init__ keeps dataclasses.replace (which runs the check).
+    with pytest.raises(TypeError, match="__post_init__"):
+        replacer(_Checked)
+
+
+def test_changed_copies_every_fold_value_and_the_fold_knows_every_payload() -> None:
+    state = initial_state(None)
+    assert state.with_(turns=3) == replace(state, turns=3)
+    record = ToolRecord("call-1", "add_to_cart", "turn-1")
+    assert changed(record, status="done") == replace(record, status="done")
+    with pytest.raises(KeyError):
+        changed(_Point(1), x=2)  # only the fold's own values have a replacer
+    assert set(fold_module._HANDLERS) == set(PAYLOAD_CLASSES.values())

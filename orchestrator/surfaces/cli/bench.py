@@ -48,6 +48,20 @@ def bench_reducer_command(
     _write_json(json_file, [dataclasses.asdict(case) for case in results])
 
 
+@bench_app.command("fold")
+def bench_fold_command(
+    sessions: Annotated[int, typer.Option(min=1, help="Shop sessions to run here and fold.")] = 10,
+    repeats: Annotated[int, typer.Option(min=1, help="Measurements (the median is reported).")] = 5,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """Events/s through the log fold, on the shop workload's own logs (run in this process)."""
+    from orchestrator.surfaces.bench.fold import bench_fold, format_fold_bench
+
+    figures = bench_fold(sessions=sessions, repeats=repeats)
+    stdout().print(format_fold_bench(figures), highlight=False, soft_wrap=True)
+    _write_json(json_file, {**dataclasses.asdict(figures), "us_per_event": round(figures.us_per_event, 2)})
+
+
 StoresOption = Annotated[
     list[str] | None,
     typer.Option(

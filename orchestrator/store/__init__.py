@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from orchestrator.core.errors import UsageError
 from orchestrator.store._urls import describe_url
-from orchestrator.store.base import AppendBatch, AppendResult, EventStore, SessionSummary, Snapshot
+from orchestrator.store.base import AppendBatch, AppendResult, EventStore, LogLoader, SessionSummary, Snapshot
 from orchestrator.store.memory import MemoryStore, open_memory_store
 from orchestrator.store.sqlite import SqliteStore
 
@@ -29,6 +29,7 @@ __all__ = [
     "AppendBatch",
     "AppendResult",
     "EventStore",
+    "LogLoader",
     "MemoryStore",
     "SessionSummary",
     "Snapshot",

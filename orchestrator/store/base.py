@@ -36,7 +36,16 @@ from typing import Protocol, runtime_checkable
 from orchestrator.core.errors import StoreError
 from orchestrator.core.events import AppendResult, Event
 
-__all__ = ["AppendBatch", "AppendResult", "EventStore", "Followable", "Measurable", "SessionSummary", "Snapshot"]
+__all__ = [
+    "AppendBatch",
+    "AppendResult",
+    "EventStore",
+    "Followable",
+    "LogLoader",
+    "Measurable",
+    "SessionSummary",
+    "Snapshot",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +188,25 @@ class Followable(Protocol):
 
         Raises:
             StoreError: the store is closed (ends the iteration), or cannot be read.
+        """
+        ...
+
+
+@runtime_checkable
+class LogLoader(Protocol):
+    """A store that loads what opening a session needs in one read (SQLite: one trip to a reader thread).
+
+    Opening a session otherwise takes two or three reads (the snapshot, the log's last index, the
+    events after the snapshot), and on SQLite each is a hop to a reader thread and back, which a
+    busy event loop pays for in latency: a sub-agent's session is opened on every delegate call.
+    """
+
+    async def load_log(self, session_id: str, reducer: str) -> tuple[Snapshot | None, list[Event]]:
+        """The snapshot under ``reducer`` if the log has reached its index, and the events after it.
+
+        Without such a snapshot, ``None`` and the whole log. The same as ``load_snapshot``, then
+        ``last_index`` (a snapshot past the log's end is stale: ``None``), then ``read`` after the
+        snapshot's index.
         """
         ...
 

@@ -317,12 +317,25 @@ class SqliteStore:
         count = check_limit(limit)
 
         def select(conn: sqlite3.Connection) -> list[Event]:
-            rows = conn.execute(_SELECT_EVENTS, (sid, start, -1 if count is None else count)).fetchall()
-            derived = derived_event_prefix(sid)
-            return [
-                Event(event_id or f"{derived}{idx}", kind, decode(blob), at, sid, idx)
-                for idx, event_id, kind, at, blob in rows
-            ]
+            return _select_events(conn, sid, start, count)
+
+        return await self._read(select)
+
+    async def load_log(self, session_id: str, reducer: str) -> tuple[Snapshot | None, list[Event]]:
+        """The usable snapshot and the events after it, in one trip to a reader (``LogLoader``)."""
+        sid = check_id(session_id, "session id")
+        check_id(reducer, "reducer name")
+
+        def select(conn: sqlite3.Connection) -> tuple[Snapshot | None, list[Event]]:
+            snapshot: Snapshot | None = None
+            row = conn.execute(
+                "SELECT idx, data FROM snapshots WHERE session_id = ? AND reducer = ?", (sid, reducer)
+            ).fetchone()
+            if row is not None:
+                last = conn.execute("SELECT last_index FROM sessions WHERE session_id = ?", (sid,)).fetchone()
+                if int(row[0]) <= (0 if last is None else int(last[0])):  # a snapshot past the log is stale
+                    snapshot = Snapshot(int(row[0]), bytes(row[1]))
+            return snapshot, _select_events(conn, sid, 0 if snapshot is None else snapshot.index, None)
 
         return await self._read(select)
 
@@ -413,6 +426,15 @@ class SqliteStore:
     def _check_open(self) -> None:
         if self._closed:
             raise self._writer.closed_error()
+
+
+def _select_events(conn: sqlite3.Connection, sid: str, after: int, limit: int | None) -> list[Event]:
+    """A session's events after ``after``, ascending, at most ``limit``."""
+    rows = conn.execute(_SELECT_EVENTS, (sid, after, -1 if limit is None else limit)).fetchall()
+    derived = derived_event_prefix(sid)
+    return [
+        Event(event_id or f"{derived}{idx}", kind, decode(blob), at, sid, idx) for idx, event_id, kind, at, blob in rows
+    ]
 
 
 def _checkpointed_size(path: str) -> int:

@@ -19,6 +19,7 @@ from orchestrator.core.events import AppendResult, Event
 from orchestrator.store import (
     AppendBatch,
     EventStore,
+    LogLoader,
     MemoryStore,
     SessionSummary,
     Snapshot,
@@ -512,6 +513,25 @@ async def test_snapshots_are_keyed_by_session_and_reducer(store: EventStore) -> 
     assert await store.load_snapshot("s1", "cart") is None
     assert await store.load_snapshot("s2", "ai") == Snapshot(3, b"s2-ai")
     assert await store.list_sessions() == []  # snapshots are not log entries
+
+
+async def test_load_log_is_the_snapshot_then_the_events_after_it(sqlite_store: SqliteStore) -> None:
+    """``LogLoader.load_log`` (SQLite's) answers as load_snapshot, last_index and read would, in one read."""
+    store = sqlite_store
+    assert isinstance(store, LogLoader)
+    assert await store.load_log("s", "ai") == (None, [])  # an unknown session
+    await store.append("s", [ev("a"), ev("b"), ev("c")])
+    snapshot, events = await store.load_log("s", "ai")
+    assert snapshot is None and [e.index for e in events] == [1, 2, 3]
+    await store.save_snapshot("s", "ai", 2, b"state-2")
+    snapshot, events = await store.load_log("s", "ai")
+    assert snapshot == Snapshot(2, b"state-2") and events == await store.read("s", after=2)
+    assert [e.id for e in events] == ["c"]
+    # A snapshot past the log's end (the log was lost and rewritten) is stale: the whole log.
+    await store.save_snapshot("s", "ai", 7, b"state-7")
+    snapshot, events = await store.load_log("s", "ai")
+    assert snapshot is None and events == await store.read("s")
+    assert await store.load_log("s", "other") == (None, await store.read("s"))  # another reducer's key
 
 
 async def test_a_large_snapshot_round_trips(store: EventStore) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -21,7 +22,7 @@ from orchestrator.core.plan import Append, next_effect
 from orchestrator.core.snapshot import decode_state, encode_state, snapshot_key
 from orchestrator.core.stream import TextDelta, ToolCall
 from orchestrator.run.log import SessionLog
-from orchestrator.store import open_store
+from orchestrator.store import EventStore, SqliteStore, open_store
 
 from .driver import Driver
 
@@ -117,8 +118,13 @@ async def test_state_at_folds_to_any_point_of_the_log() -> None:
     assert state.inbox.items[0].id == "u-1" and state.active is None
 
 
-async def test_missing_corrupt_and_stale_snapshots_are_rebuilt_from_the_log() -> None:
-    store = open_store("memory://")
+def _store(backend: str, tmp_path: Path) -> EventStore:
+    return open_store("memory://" if backend == "memory" else f"sqlite:///{tmp_path / 'log.db'}")
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])  # SQLite loads a log in one read (LogLoader)
+async def test_missing_corrupt_and_stale_snapshots_are_rebuilt_from_the_log(backend: str, tmp_path: Path) -> None:
+    store = _store(backend, tmp_path)
     log = await SessionLog.open(store, "s-1", snapshot_every=1)
     await submit(log, SendInput("u-1", "hi"))
     key = snapshot_key(None)
@@ -130,14 +136,32 @@ async def test_missing_corrupt_and_stale_snapshots_are_rebuilt_from_the_log() ->
     assert (await SessionLog.open(store, "s-1")).snapshot() == expected
     await store.delete_snapshot("s-1", key)
     assert (await SessionLog.open(store, "s-1")).snapshot() == expected
+    await store.close()
 
 
-async def test_a_snapshot_is_used_when_valid() -> None:
-    store = open_store("memory://")
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_snapshot_is_used_when_valid(backend: str, tmp_path: Path) -> None:
+    store = _store(backend, tmp_path)
     log = await SessionLog.open(store, "s-1", snapshot_every=1)
     await submit(log, SendInput("u-1", "hi"))
     snap = await store.load_snapshot("s-1", snapshot_key(None))
     assert snap is not None and decode_state(snap.data) == log.state
+    await submit(log, SendInput("u-2", "more"))  # events after the snapshot, too
+    reads = 0
+    if isinstance(store, SqliteStore):
+        original = store._read
+
+        async def counted(query: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            return await original(query)
+
+        store._read = counted  # type: ignore[method-assign]
+    again = await SessionLog.open(store, "s-1")
+    assert again.snapshot() == log.snapshot()
+    if backend == "sqlite":
+        assert reads == 1  # the snapshot, the log's end and the events after it: one trip to a reader
+    await store.close()
 
 
 # -- contracts ---------------------------------------------------------------------------------------

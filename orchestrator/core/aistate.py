@@ -319,12 +319,12 @@ class AIState:
         return changed(self, **changes)  # replaced below by the class's own replacer (one call less)
 
 
-AIState.with_ = replacer(AIState)  # type: ignore[method-assign]
-
 _REPLACERS: dict[type, Any] = {
     cls: replacer(cls)
     for cls in (AIState, Inbox, InboxItem, StepState, ActiveTurn, ToolRecord, Interaction, CompactionState, Usage)
 }
+
+AIState.with_ = _REPLACERS[AIState]  # type: ignore[method-assign]
 
 
 def changed(value: T, **changes: Any) -> T:

@@ -21,6 +21,7 @@ from orchestrator.core.fold import evolve, fold_events, initial_state
 from orchestrator.core.ids import derived_event_id
 from orchestrator.core.snapshot import decode_state, encode_state, snapshot_key
 from orchestrator.store.base import EventStore, LogLoader
+from orchestrator.store.base import Snapshot as StoredSnapshot
 
 __all__ = ["Applied", "SessionLog", "Snapshot"]
 
@@ -77,24 +78,13 @@ class SessionLog:
 
     async def refresh(self) -> None:
         """Re-read the log (after another writer appended, or a ``ConcurrencyConflict``)."""
-        key = snapshot_key(self.contract)
-        store = self.store
+        snap, events = await _load(self.store, self.session_id, snapshot_key(self.contract))
         state, index = initial_state(self.contract), 0
-        if isinstance(store, LogLoader):  # one read instead of two or three (SQLite: one thread hop)
-            snap, events = await store.load_log(self.session_id, key)
-            decoded = None if snap is None else decode_state(snap.data)
-            if snap is not None and decoded is not None:
-                state, index = decoded, snap.index
-            elif snap is not None:  # a snapshot this version cannot read: the whole log
-                events = await store.read(self.session_id)
-        else:
-            snap = await store.load_snapshot(self.session_id, key)
-            if snap is not None:
-                decoded = decode_state(snap.data)
-                last = await store.last_index(self.session_id)
-                if decoded is not None and snap.index <= last:  # a snapshot past the log is stale
-                    state, index = decoded, snap.index
-            events = await store.read(self.session_id, after=index)
+        decoded = None if snap is None else decode_state(snap.data)
+        if snap is not None and decoded is not None:
+            state, index = decoded, snap.index
+        elif snap is not None:  # a snapshot this version cannot read: the whole log
+            events = await self.store.read(self.session_id)
         self.state = fold_events(events, state, self.contract)
         self.index = events[-1].index if events else index
         self._snapshot_index = index
@@ -170,3 +160,17 @@ class SessionLog:
         if reducer is None:
             return fold_events(events, None, self.contract), index
         return reducer.replay(events), index
+
+
+async def _load(store: EventStore, session_id: str, key: str) -> tuple[StoredSnapshot | None, list[Event]]:
+    """The snapshot under ``key`` if the log has reached its index, and the events after it (``LogLoader``).
+
+    One read where the store can (SQLite: one trip to a reader thread); otherwise the snapshot, the
+    log's last index (only when there is a snapshot), and the events after it.
+    """
+    if isinstance(store, LogLoader):
+        return await store.load_log(session_id, key)
+    snap = await store.load_snapshot(session_id, key)
+    if snap is not None and snap.index > await store.last_index(session_id):
+        snap = None  # a snapshot past the log's end is stale
+    return snap, await store.read(session_id, after=0 if snap is None else snap.index)

@@ -327,14 +327,9 @@ class SqliteStore:
         check_id(reducer, "reducer name")
 
         def select(conn: sqlite3.Connection) -> tuple[Snapshot | None, list[Event]]:
-            snapshot: Snapshot | None = None
-            row = conn.execute(
-                "SELECT idx, data FROM snapshots WHERE session_id = ? AND reducer = ?", (sid, reducer)
-            ).fetchone()
-            if row is not None:
-                last = conn.execute("SELECT last_index FROM sessions WHERE session_id = ?", (sid,)).fetchone()
-                if int(row[0]) <= (0 if last is None else int(last[0])):  # a snapshot past the log is stale
-                    snapshot = Snapshot(int(row[0]), bytes(row[1]))
+            snapshot = _select_snapshot(conn, sid, reducer)
+            if snapshot is not None and snapshot.index > _select_last_index(conn, sid):
+                snapshot = None  # a snapshot past the log's end is stale
             return snapshot, _select_events(conn, sid, 0 if snapshot is None else snapshot.index, None)
 
         return await self._read(select)
@@ -342,12 +337,7 @@ class SqliteStore:
     async def last_index(self, session_id: str) -> int:
         """The session's last index; 0 when it has no events."""
         sid = check_id(session_id, "session id")
-
-        def select(conn: sqlite3.Connection) -> int:
-            row = conn.execute("SELECT last_index FROM sessions WHERE session_id = ?", (sid,)).fetchone()
-            return 0 if row is None else int(row[0])
-
-        return await self._read(select)
+        return await self._read(lambda conn: _select_last_index(conn, sid))
 
     async def list_sessions(
         self, prefix: str | None = None, after: str | None = None, limit: int = 100
@@ -370,14 +360,7 @@ class SqliteStore:
         """The (session, reducer) snapshot, or ``None``."""
         check_id(session_id, "session id")
         check_id(reducer, "reducer name")
-
-        def select(conn: sqlite3.Connection) -> Snapshot | None:
-            row = conn.execute(
-                "SELECT idx, data FROM snapshots WHERE session_id = ? AND reducer = ?", (session_id, reducer)
-            ).fetchone()
-            return None if row is None else Snapshot(int(row[0]), bytes(row[1]))
-
-        return await self._read(select)
+        return await self._read(lambda conn: _select_snapshot(conn, session_id, reducer))
 
     async def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
         self._check_open()
@@ -426,6 +409,19 @@ class SqliteStore:
     def _check_open(self) -> None:
         if self._closed:
             raise self._writer.closed_error()
+
+
+def _select_snapshot(conn: sqlite3.Connection, sid: str, reducer: str) -> Snapshot | None:
+    """The (session, reducer) snapshot, or ``None``."""
+    query = "SELECT idx, data FROM snapshots WHERE session_id = ? AND reducer = ?"
+    row = conn.execute(query, (sid, reducer)).fetchone()
+    return None if row is None else Snapshot(int(row[0]), bytes(row[1]))
+
+
+def _select_last_index(conn: sqlite3.Connection, sid: str) -> int:
+    """The session's last index; 0 when it has no events."""
+    row = conn.execute("SELECT last_index FROM sessions WHERE session_id = ?", (sid,)).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def _select_events(conn: sqlite3.Connection, sid: str, after: int, limit: int | None) -> list[Event]:

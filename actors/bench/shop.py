@@ -158,6 +158,8 @@ class ShopRun:
     consumer_us_per_chunk: float = 0.0
     """The driver's share per chunk, in µs: the consumer (live views merging mutations, the checks)
     and the sessions' client calls."""
+    memory_split_kb: dict[str, float] = field(default_factory=dict)
+    """``memory_per_session_kb`` by process kind, at the peak's sample (each kind's RSS then, less its baseline)."""
     actors_peak: int = 0
     """Dedicated placement: the most actors live at once (since the runtime started)."""
     sessions_waited: int = 0
@@ -182,19 +184,24 @@ class ShopFigures:
         values = [getattr(r, key) for r in self.runs]
         return float(max(values) - min(values))
 
-    def split(self) -> dict[str, float]:
-        """The median of each process kind's CPU µs per chunk over the runs."""
-        kinds = sorted({k for r in self.runs for k in r.cpu_split_us})
-        return {k: round(statistics.median(r.cpu_split_us.get(k, 0.0) for r in self.runs), 1) for k in kinds}
+    def split(self, key: str = "cpu_split_us") -> dict[str, float]:
+        """The median over the runs of each process kind's share of a figure split by kind.
+
+        ``key``: ``cpu_split_us`` (CPU µs per chunk) or ``memory_split_kb`` (KB per session).
+        """
+        splits: list[dict[str, float]] = [getattr(r, key) for r in self.runs]
+        kinds = sorted({k for split in splits for k in split})
+        return {k: round(statistics.median(split.get(k, 0.0) for split in splits), 1) for k in kinds}
 
     def summary(self) -> dict[str, Any]:
         """Medians (and spreads) of every figure, for ``--json``."""
-        keys = [k for k in asdict(self.runs[0]) if k not in ("sessions", "cpu_split_us")]
+        keys = [k for k in asdict(self.runs[0]) if k not in ("sessions", "cpu_split_us", "memory_split_kb")]
         out: dict[str, Any] = {"sessions": self.sessions, "repeats": len(self.runs)}
         for key in keys:
             out[key] = round(self.median(key), 3)
             out[f"{key}_spread"] = round(self.spread(key), 3)
         out["cpu_split_us"] = self.split()
+        out["memory_split_kb"] = self.split("memory_split_kb")
         out["runs"] = [asdict(r) for r in self.runs]
         return out
 
@@ -211,54 +218,70 @@ class MemorySampler:
         self.interval = interval
         self.rescan = rescan
         self.peak = 0
+        self.peak_by_kind: dict[str, int] = {}
+        """Each process kind's RSS at the sample of ``peak`` (``process_kind``; this process is ``driver``)."""
         self.cpu_s = 0.0
         """CPU seconds the sampling thread spent."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
-    def _tree() -> list[psutil.Process]:
+    def _tree() -> list[tuple[psutil.Process, str]]:
+        """This process and every descendant, each with its kind."""
         me = psutil.Process()
-        return [me, *me.children(recursive=True)]
-
-    @staticmethod
-    def _summed(read: Callable[[psutil.Process], float], procs: Sequence[psutil.Process] | None = None) -> float:
-        """``read`` summed over ``procs`` (default: this process and every descendant; one that ended counts 0)."""
-        total = 0.0
-        for proc in MemorySampler._tree() if procs is None else procs:
+        out = [(me, "driver")]
+        for proc in me.children(recursive=True):
             try:
-                total += read(proc)
-            except psutil.Error:
-                pass
-        return total
-
-    @staticmethod
-    def total() -> int:
-        """The RSS of this process and every descendant, in bytes."""
-        return int(MemorySampler._summed(lambda proc: proc.memory_info().rss))
-
-    @staticmethod
-    def cpu_by_kind() -> dict[str, float]:
-        """CPU seconds (user + system) of this process and every descendant, by kind (``process_kind``)."""
-        me = psutil.Process()
-        out: dict[str, float] = {}
-        for proc in MemorySampler._tree():
-            try:
-                kind = "driver" if proc.pid == me.pid else process_kind(proc.name(), proc.cmdline())
-                out[kind] = out.get(kind, 0.0) + sum(proc.cpu_times()[:2])
+                out.append((proc, process_kind(proc.name(), proc.cmdline())))
             except psutil.Error:
                 pass
         return out
 
+    @staticmethod
+    def _by_kind(
+        read: Callable[[psutil.Process], float], procs: Sequence[tuple[psutil.Process, str]]
+    ) -> dict[str, float]:
+        """``read`` summed by kind over ``procs`` (a process that ended counts 0)."""
+        out: dict[str, float] = {}
+        for proc, kind in procs:
+            try:
+                out[kind] = out.get(kind, 0.0) + read(proc)
+            except psutil.Error:
+                pass
+        return out
+
+    @staticmethod
+    def rss_by_kind() -> dict[str, int]:
+        """The RSS of this process and every descendant by kind, in bytes."""
+        rss = MemorySampler._by_kind(lambda proc: proc.memory_info().rss, MemorySampler._tree())
+        return {kind: int(value) for kind, value in rss.items()}
+
+    @staticmethod
+    def total() -> int:
+        """The RSS of this process and every descendant, in bytes."""
+        return sum(MemorySampler.rss_by_kind().values())
+
+    @staticmethod
+    def cpu_by_kind() -> dict[str, float]:
+        """CPU seconds (user + system) of this process and every descendant, by kind (``process_kind``)."""
+        return MemorySampler._by_kind(lambda proc: sum(proc.cpu_times()[:2]), MemorySampler._tree())
+
+    def _sample(self, procs: Sequence[tuple[psutil.Process, str]]) -> None:
+        rss = self._by_kind(lambda proc: proc.memory_info().rss, procs)
+        total = int(sum(rss.values()))
+        if total > self.peak:
+            self.peak = total
+            self.peak_by_kind = {kind: int(value) for kind, value in rss.items()}
+
     def _run(self) -> None:
         start = time.thread_time()
-        procs: list[psutil.Process] = []
+        procs: list[tuple[psutil.Process, str]] = []
         for sample in itertools.count():
             if self._stop.is_set():
                 break
             if sample % self.rescan == 0:
                 procs = self._tree()
-            self.peak = max(self.peak, int(self._summed(lambda proc: proc.memory_info().rss, procs)))
+            self._sample(procs)
             self.cpu_s = time.thread_time() - start
             self._stop.wait(self.interval)
         self.cpu_s = time.thread_time() - start
@@ -270,7 +293,7 @@ class MemorySampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, self.total())
+        self._sample(self._tree())
 
 
 def process_kind(name: str, cmdline: Sequence[str]) -> str:
@@ -334,7 +357,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[k]
 
 
-async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
+async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> ShopRun:
     agent = shop_agent()
     sessions = [rt.session(f"bench-{run}-{i}", agent=agent) for i in range(n)]
     ttfts: list[float] = []
@@ -360,13 +383,17 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: int) -> ShopRun:
         ttft_ms_p50=round(_percentile(ttfts, 0.5) * 1000, 2),
         ttft_ms_p99=round(_percentile(ttfts, 0.99) * 1000, 2),
         peak_rss_mb=round(memory.peak / 2**20, 1),
-        baseline_rss_mb=round(baseline / 2**20, 1),
-        memory_per_session_kb=round(max(memory.peak - baseline, 0) / n / 1024, 1),
+        baseline_rss_mb=round(sum(baseline.values()) / 2**20, 1),
+        memory_per_session_kb=round(max(memory.peak - sum(baseline.values()), 0) / n / 1024, 1),
         store_bytes_per_session=round(stored / n, 1),
         cpu_s=round(cpu, 2),
         cpu_us_per_chunk=round(cpu / chunks_seen * 1e6, 1),
         cpu_split_us={k: round(v / chunks_seen * 1e6, 1) for k, v in sorted(split.items())},
         consumer_us_per_chunk=round(driver / chunks_seen * 1e6, 1),
+        memory_split_kb={
+            kind: round((memory.peak_by_kind.get(kind, 0) - baseline.get(kind, 0)) / n / 1024, 1)
+            for kind in sorted(memory.peak_by_kind.keys() | baseline.keys())
+        },
         actors_peak=pool.get("peak", 0),
         sessions_waited=pool.get("waited", 0) - waited0,
         wait_s_max=pool.get("wait_s_max", 0.0),
@@ -427,13 +454,13 @@ async def bench_shop(
             namespace="troupe-bench",
             ray_options={"_temp_dir": str(base / "ray"), "num_cpus": os.cpu_count() or 2},
         ) as rt:
-            await _run_once(rt, 2, 0, MemorySampler.total())  # warm up every host
+            await _run_once(rt, 2, 0, MemorySampler.rss_by_kind())  # warm up every host
             await memory_settled()
             for n in sizes:
                 result = ShopFigures(n)
                 for r in range(repeats):
                     await rt.deactivate_idle()
-                    baseline = MemorySampler.total()
+                    baseline = MemorySampler.rss_by_kind()
                     result.runs.append(await _run_once(rt, n, 1 + len(figures) * 100 + r, baseline))
                     if progress is not None:
                         progress(result.runs[-1])
@@ -469,6 +496,8 @@ def format_shop(figures: Sequence[ShopFigures]) -> str:
     for f in figures:
         split = ", ".join(f"{kind} {us:.1f}" for kind, us in f.split().items())
         lines.append(f"N={f.sessions}: CPU µs/chunk by process (medians): {split}")
+        memory = ", ".join(f"{kind} {kb:.1f}" for kind, kb in f.split("memory_split_kb").items())
+        lines.append(f"N={f.sessions}: memory KB/session by process (medians): {memory}")
     return "\n".join(lines)
 
 

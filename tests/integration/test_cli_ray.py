@@ -50,6 +50,11 @@ def test_troupe_bench_shop_verifies_every_session(workdir: Path) -> None:
     assert sorted(figures, key=int) == ["1", "4"], figures
     run = figures["4"]["runs"][0]
     assert run["cpu_us_per_chunk"] > run["consumer_us_per_chunk"] > 0  # the driver's share is part of the whole
+    # memory by process kind adds up to the whole (which is never below 0; each share is rounded on its own)
+    assert {"driver", "hosts"} <= run["memory_split_kb"].keys(), run["memory_split_kb"]
+    grown = sum(run["memory_split_kb"].values())
+    assert max(grown, 0) == pytest.approx(run["memory_per_session_kb"], abs=1.0), run["memory_split_kb"]
+    assert "memory KB/session by process" in done.stdout
 
 
 @pytest.mark.slow

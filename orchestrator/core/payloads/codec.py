@@ -9,53 +9,19 @@ goes through ``PAYLOAD_ADAPTER``, slower, but it names the bad field.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final, cast
 
 from pydantic import BeforeValidator, ConfigDict, Discriminator, Tag, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
-from orchestrator.core import event_types as ai
 from orchestrator.core._codegen import WireField, decoder, encoder
 from orchestrator.core._json import JsonObject
 from orchestrator.core.errors import ParseError
-from orchestrator.core.payloads.commands import (
-    Decided,
-    Input,
-    InputEdit,
-    InputMove,
-    InputRemove,
-    InputSendNow,
-    Pause,
-    Respond,
-    Resume,
-    SessionReset,
-    TurnRetry,
-    TurnStop,
-)
-from orchestrator.core.payloads.lifecycle import (
-    ChildStarted,
-    Compaction,
-    HandlerFinished,
-    HandlerScheduled,
-    InputAdmitted,
-    InteractionRequested,
-    ModelMetadataRequested,
-    ModelMetadataResolved,
-    Nested,
-    StepFailed,
-    StepFinished,
-    StepStarted,
-    StepSuperseded,
-    Stream,
-    ToolFailed,
-    ToolFinished,
-    ToolReset,
-    ToolStarted,
-    TurnFinished,
-    TurnPhaseChanged,
-    TurnStarted,
-)
+from orchestrator.core.payloads.commands import InputMove, InputSendNow, TurnStop
+from orchestrator.core.payloads.lifecycle import ToolFinished
 from orchestrator.core.payloads.schema import PAYLOAD_CLASSES, AIPayload
 from orchestrator.core.wire import action_from_wire, action_to_wire, part_from_wire, part_to_wire
 
@@ -76,43 +42,14 @@ def _tag(value: Any) -> str | None:
     return value.get("type") if isinstance(value, Mapping) else getattr(value, "type", None)
 
 
+_TAGGED: Final[Any] = functools.reduce(
+    operator.or_, (Annotated[cls, _STRIP, Tag(cls.type)] for cls in PAYLOAD_CLASSES.values())
+)
+"""Every payload class, tagged with its event type: the union the adapter discriminates on, made
+from ``PAYLOAD_CLASSES`` so that no class can be left out of it."""
+
 PAYLOAD_ADAPTER: Final[TypeAdapter[AIPayload]] = TypeAdapter(
-    Annotated[
-        Annotated[Input, _STRIP, Tag(ai.INPUT)]
-        | Annotated[InputEdit, _STRIP, Tag(ai.INPUT_EDIT)]
-        | Annotated[InputMove, _STRIP, Tag(ai.INPUT_MOVE)]
-        | Annotated[InputRemove, _STRIP, Tag(ai.INPUT_REMOVE)]
-        | Annotated[InputSendNow, _STRIP, Tag(ai.INPUT_SEND_NOW)]
-        | Annotated[TurnStop, _STRIP, Tag(ai.TURN_STOP)]
-        | Annotated[TurnRetry, _STRIP, Tag(ai.TURN_RETRY)]
-        | Annotated[Pause, _STRIP, Tag(ai.PAUSE)]
-        | Annotated[Resume, _STRIP, Tag(ai.RESUME)]
-        | Annotated[Respond, _STRIP, Tag(ai.RESPOND)]
-        | Annotated[SessionReset, _STRIP, Tag(ai.SESSION_RESET)]
-        | Annotated[Decided, _STRIP, Tag(ai.DECIDED)]
-        | Annotated[InputAdmitted, _STRIP, Tag(ai.INPUT_ADMITTED)]
-        | Annotated[TurnStarted, _STRIP, Tag(ai.TURN_STARTED)]
-        | Annotated[TurnPhaseChanged, _STRIP, Tag(ai.TURN_PHASE)]
-        | Annotated[TurnFinished, _STRIP, Tag(ai.TURN_FINISHED)]
-        | Annotated[StepStarted, _STRIP, Tag(ai.STEP_STARTED)]
-        | Annotated[Stream, _STRIP, Tag(ai.STREAM)]
-        | Annotated[StepFinished, _STRIP, Tag(ai.STEP_FINISHED)]
-        | Annotated[StepFailed, _STRIP, Tag(ai.STEP_FAILED)]
-        | Annotated[StepSuperseded, _STRIP, Tag(ai.STEP_SUPERSEDED)]
-        | Annotated[ToolStarted, _STRIP, Tag(ai.TOOL_STARTED)]
-        | Annotated[ToolFinished, _STRIP, Tag(ai.TOOL_FINISHED)]
-        | Annotated[ToolReset, _STRIP, Tag(ai.TOOL_RESET)]
-        | Annotated[ToolFailed, _STRIP, Tag(ai.TOOL_FAILED)]
-        | Annotated[InteractionRequested, _STRIP, Tag(ai.INTERACTION_REQUESTED)]
-        | Annotated[ChildStarted, _STRIP, Tag(ai.CHILD_STARTED)]
-        | Annotated[Nested, _STRIP, Tag(ai.NESTED)]
-        | Annotated[Compaction, _STRIP, Tag(ai.COMPACTION)]
-        | Annotated[ModelMetadataRequested, _STRIP, Tag(ai.MODEL_METADATA_REQUESTED)]
-        | Annotated[ModelMetadataResolved, _STRIP, Tag(ai.MODEL_METADATA_RESOLVED)]
-        | Annotated[HandlerScheduled, _STRIP, Tag(ai.HANDLER_SCHEDULED)]
-        | Annotated[HandlerFinished, _STRIP, Tag(ai.HANDLER_FINISHED)],
-        Discriminator(_tag),
-    ],
+    Annotated[_TAGGED, Discriminator(_tag)],
     config=ConfigDict(defer_build=True),
 )
 """The one validating reader of built-in payloads: ``{"type": <event type>, **payload}`` in.

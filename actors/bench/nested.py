@@ -10,7 +10,9 @@ Three figures, each end to end on a local Ray with a SQLite store:
 - **First nested part.** From the parent's delegate call starting (its ``ai.tool.started``) to
   the parent committing the first part the child's model streamed: the child's activation on
   its host, its first write, the batch to the parent and the parent's write. Pooled (hosts
-  shared) and dedicated (an actor per session, from a warm pool); the first trial of each is
+  shared) and dedicated (an actor per session, from a warm pool), with a child that says one
+  word and finishes; and pooled with a child that keeps streaming (``streaming``: a part every
+  5 ms, so the first text is not carried along by the child's end). The first trial of each is
   reported apart as ``cold`` (it loads the agent on the host).
 - **Recovery.** A session streams a part every 5 ms; its host actor is killed (``ray.kill``,
   Ray restarts it). The time from the kill to the first stream part of the restarted step
@@ -146,8 +148,15 @@ async def _first_part_ms(rt: Runtime, agent: Agent, prefix: str) -> float:
     raise AssertionError("the child's first part never reached the parent")
 
 
-async def _first_parts(rt: Runtime, trials: int, prefix: str, pause: float = 0.0) -> dict[str, Any]:
-    agent = _parent(Agent("child", "Say hello.", ScriptedModel([[{"text": "hello"}]], per_turn=True)))
+STREAMING_CHILD = [[{"text": "hello from a child that keeps streaming", "chunk": 4, "pace": 0.005}]]
+"""A child whose step goes on after its first text (a part every 5 ms), as a model's does."""
+
+
+async def _first_parts(
+    rt: Runtime, trials: int, prefix: str, pause: float = 0.0, script: list[Any] | None = None
+) -> dict[str, Any]:
+    steps = script if script is not None else [[{"text": "hello"}]]
+    agent = _parent(Agent("child", "Say hello.", ScriptedModel(steps, per_turn=True)))
     cold = await _first_part_ms(rt, agent, prefix)
     warm = []
     for _ in range(trials):
@@ -200,6 +209,7 @@ async def bench_actors(
         try:
             rate = await _nested_rate(pooled, parts)
             first_pooled = await _first_parts(pooled, trials, "first")
+            first_streaming = await _first_parts(pooled, trials, "streaming", script=STREAMING_CHILD)
             recovery = [await _recovery_s(pooled) for _ in range(recoveries)]
         finally:
             await pooled.close()
@@ -214,7 +224,7 @@ async def bench_actors(
             ray.shutdown()
     return {
         "nested": rate,
-        "first_nested_part": {"pooled": first_pooled, "dedicated": first_dedicated},
+        "first_nested_part": {"pooled": first_pooled, "streaming": first_streaming, "dedicated": first_dedicated},
         "recovery": {
             "p50_s": round(statistics.median(recovery), 3),
             "max_s": round(max(recovery), 3),
@@ -240,10 +250,13 @@ def format_actors(result: dict[str, Any]) -> str:
         f"({nested['parts']:,} parts in {nested['seconds']:.3f} s, {nested['nested_writes']} parent writes)"
         f"  target >= {least:,}  {mark(rate >= least)}",
     ]
-    for name in ("pooled", "dedicated"):
-        row = first[name]
+    labels = {"pooled": "pooled", "streaming": "pooled, streaming child", "dedicated": "dedicated"}
+    for name, label in labels.items():
+        row = first.get(name)
+        if row is None:
+            continue
         line = (
-            f"first nested part, {name:<9}: p50 {row['p50_ms']:.1f} ms, max {row['max_ms']:.1f} ms, "
+            f"first nested part, {label:<23}: p50 {row['p50_ms']:.1f} ms, max {row['max_ms']:.1f} ms, "
             f"cold {row['cold_ms']:.1f} ms ({row['trials']} trials)"
         )
         if name == "pooled":

@@ -77,6 +77,8 @@ def test_troupe_bench_actors(workdir: Path) -> None:
     figures = json.loads(out.read_text())
     assert figures["nested"]["parts"] == 5000 and figures["nested"]["parts_per_s"] > 0
     assert figures["first_nested_part"]["pooled"]["trials"] == 2
+    assert figures["first_nested_part"]["streaming"]["trials"] == 2  # a child still streaming after its first text
+    assert "pooled, streaming child" in done.stdout
     assert len(figures["recovery"]["runs"]) == 1 and "recovery" in done.stdout
 
 

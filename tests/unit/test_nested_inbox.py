@@ -6,7 +6,7 @@ Folding that event is folding the batches one by one (the actions in order, then
 
 from __future__ import annotations
 
-from orchestrator.core.actions import ApplyPart, SessionAction
+from orchestrator.core.actions import ApplyPart, Send, SessionAction
 from orchestrator.core.aistate import ToolRecord
 from orchestrator.core.payloads import Nested
 from orchestrator.core.stream import MessageStart, TextDelta
@@ -64,3 +64,63 @@ async def test_typed_and_wire_batches_go_in_events_of_their_own_with_their_wire_
     }
     assert isinstance(second.data, Nested) and (second.data.seq, second.data.actions) == (4, (DELTAS[2],))
     assert second.payload["seq"] == 4 and second.payload["callId"] == "call-1"  # made from the typed form
+
+
+class _Pump:
+    """The session side of an inbox: counts the writes it is asked for, and whether one is running."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.running = False
+
+    def ask(self) -> None:
+        self.asked += 1
+
+
+def _timed_inbox(delay: float = 60.0) -> tuple[NestedInbox, _Pump]:
+    tools = {"call-1": ToolRecord("call-1", "delegate_to_researcher", "turn-1", "running", child_seq=0)}
+    pump = _Pump()
+    return NestedInbox(lambda: tools, pump.ask, lambda: pump.running, delay), pump
+
+
+SEND = Send("task-1", "compare mug prices")
+
+
+def _waiting(inbox: NestedInbox) -> bool:
+    """Whether the inbox holds batches for a timed write (waiting for company)."""
+    return inbox._timer is not None
+
+
+async def test_a_calls_first_visible_part_is_written_at_once_and_later_parts_wait() -> None:
+    inbox, pump = _timed_inbox()
+    inbox.deliver(_batch(2, 0, SEND))  # the child's input: nothing a client waits for yet
+    assert pump.asked == 0 and _waiting(inbox)  # waits for company
+    inbox.deliver(_batch(4, 2, START, DELTAS[0]))  # the call's first text
+    assert pump.asked == 1 and not _waiting(inbox)  # written now (the timer it replaced is gone)
+    inbox.take()
+    inbox.deliver(_batch(5, 4, DELTAS[1]))  # later text waits for company again
+    assert pump.asked == 1 and _waiting(inbox)
+    inbox.cancel_timer()
+
+
+async def test_a_first_visible_part_held_behind_a_gap_goes_out_once_the_gap_fills() -> None:
+    inbox, pump = _timed_inbox()
+    inbox.deliver(_batch(4, 2, START, DELTAS[0]))  # out of order: 2 has not come
+    assert pump.asked == 0
+    inbox.deliver(_batch(2, 0, SEND))
+    assert pump.asked == 1  # now the text is next in line
+    events = inbox.take()
+    assert [e.data.seq for e in events if isinstance(e.data, Nested)] == [4]
+    inbox.cancel_timer()
+
+
+async def test_a_write_already_running_takes_the_first_visible_part_along() -> None:
+    inbox, pump = _timed_inbox()
+    pump.running = True
+    inbox.deliver(_batch(3, 0, START, DELTAS[0]))
+    assert pump.asked == 0  # the running write's pump takes what is ready
+    inbox.take()
+    pump.running = False
+    inbox.deliver(_batch(4, 3, DELTAS[1]))
+    assert pump.asked == 0 and _waiting(inbox)  # no leftover hurry: this one waits
+    inbox.cancel_timer()

@@ -221,20 +221,26 @@ class LiveView(Generic[SessionT, TurnT]):
 
     async def _run(self) -> None:
         assert self._subscription is not None
-        async for batch in self._subscription.batches():
-            if any(m.type == "reset" for m in batch):
-                await self._snapshot()
-            else:
-                for mutation in batch:
-                    if self.view.apply(mutation):
-                        self._track(mutation)
-            self.index = max(self.index, self.view.index, getattr(batch, "cursor", -1))
-            self._shown = None
-            for listener in self.listeners:
-                result = listener(batch)
-                if asyncio.iscoroutine(result):
-                    await result
-            self.changed.set()
+        try:
+            async for batch in self._subscription.batches():
+                if any(m.type == "reset" for m in batch):
+                    await self._snapshot()
+                else:
+                    for mutation in batch:
+                        if self.view.apply(mutation):
+                            self._track(mutation)
+                self.index = max(self.index, self.view.index, getattr(batch, "cursor", -1))
+                self._shown = None
+                for listener in self.listeners:
+                    result = listener(batch)
+                    if asyncio.iscoroutine(result):
+                        await result
+                self.changed.set()
+        finally:
+            # A listener is usually a bound method of an object that holds this view (an HTTP
+            # server's ``Followed``, the terminal chat): kept after the view stopped, the two would
+            # be a reference cycle, freed only by the cyclic collector (``test_no_cycles``).
+            self.listeners.clear()
 
     def _track(self, mutation: Mutation) -> None:
         """Keep ``confirmed`` current past the conversation, and settle what the mutation confirms."""

@@ -17,8 +17,10 @@ from collections.abc import Iterator
 import pytest
 
 from actors.bench.shop import PROMPTS, shop_agent
+from actors.client import Session
 from actors.local import LocalRuntime
 from orchestrator.run.agent import Agent
+from orchestrator.surfaces.http.views import Views
 from orchestrator.testing import ScriptedModel, eventually
 
 TIMEOUT = 30
@@ -43,8 +45,14 @@ ENGINE_TYPES = {
 
 @pytest.fixture
 def collector_off() -> Iterator[None]:
-    """The collector off, saving what a collection finds in ``gc.garbage`` (see ``_garbage``)."""
+    """The collector off, saving what a collection finds in ``gc.garbage`` (see ``_garbage``).
+
+    Everything alive when the test starts is held until it ends: an earlier test's objects that
+    become garbage meanwhile (a server it started, shutting down late) are not counted as this
+    test's. Only what the test makes can be found.
+    """
     gc.collect()
+    alive = gc.get_objects()
     was = gc.isenabled()
     gc.disable()
     gc.set_debug(gc.DEBUG_SAVEALL)
@@ -53,6 +61,7 @@ def collector_off() -> Iterator[None]:
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+        del alive
         if was:
             gc.enable()
 
@@ -102,3 +111,29 @@ async def test_a_stopped_turn_leaves_no_engine_garbage(tmp_path: object, collect
         await view.close()
         kinds = _garbage()
     assert not ENGINE_TYPES & set(kinds), f"left to the cycle collector: {dict(kinds.most_common(12))}"
+
+
+async def _follow_then_drop(session: Session) -> None:
+    """An HTTP server's view of ``session`` through a turn, dropped when idle, then one dropped at close."""
+    views = Views(idle=0.05)
+    followed = await views.follow(session)
+    turn = await session.prompt(PROMPTS[0])
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)
+    assert result.success, result
+    assert await followed.reach(result.index, TIMEOUT)
+    del followed
+    await eventually(lambda: not views.followed, TIMEOUT)  # the sweeper dropped the idle view
+    await views.follow(session)
+    await views.close()  # and the server closing drops the rest
+
+
+async def test_an_http_servers_view_leaves_no_garbage_once_dropped(tmp_path: object, collector_off: None) -> None:
+    """A view the server stops following (idle, or the server closing) is freed by reference counting."""
+    async with LocalRuntime(store=f"sqlite:///{tmp_path}/s.db") as rt:
+        session = rt.session("s-1", agent=shop_agent())
+        _garbage()
+        await _follow_then_drop(session)
+        del session
+        kinds = _garbage()
+    left = (ENGINE_TYPES | {"Followed"}) & set(kinds)
+    assert not left, f"left to the cycle collector: {dict(kinds.most_common(12))}"

@@ -5,12 +5,14 @@ is no longer current, a decision for an unknown command) leaves the state as it 
 returns the session-reducer actions it applied, which is what subscribers and a parent session
 see of this session's conversation.
 
-One fold, in modules by event family. ``_evolve_ai`` dispatches through ``_HANDLERS``, a table by
-payload class kept here, and this module checks at import that every built-in payload class has a
-handler: that check, not an ``assert_never`` per module, is what turns a payload class added
-without a fold into an error (at import rather than from the type checker). Where each part lives:
+One fold, in modules by event family. Each family keeps its handlers' table by payload class
+beside them (``HANDLERS``); ``_evolve_ai`` dispatches through ``_HANDLERS``, the two merged here,
+and this module checks at import that every built-in payload class has a handler: that check,
+not an ``assert_never`` per module, is what turns a payload class added without a fold into an
+error (at import rather than from the type checker). Where each part lives:
 
-- ``fold`` (this module): the entry points (``initial_state``, ``fold_events``, ``evolve``) and the table.
+- ``fold`` (this module): the entry points (``initial_state``, ``fold_events``, ``evolve``) and the
+  merged table.
 - ``fold._common``: what several families share: ``apply_actions`` and ``_run`` (actions through
   the session reducer), ``_set_tool``, ``_end_turn`` (a stop ends a turn the same way a finish
   does), and what the model is told (``DENIED``, ``INTERRUPTED``, ``CLOSED``).
@@ -23,70 +25,18 @@ is re-exported here, so they keep importing from ``orchestrator.core.fold``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, get_args
+from collections.abc import Iterable
 
 from orchestrator.core.actions import SessionAction
 from orchestrator.core.aistate import AIState
 from orchestrator.core.contract import Contract
 from orchestrator.core.events import Event
+from orchestrator.core.fold import inbox, turns
 from orchestrator.core.fold._common import CLOSED as CLOSED
-from orchestrator.core.fold._common import DENIED, INTERRUPTED, Evolved, apply_actions
-from orchestrator.core.fold.inbox import (
-    _on_admitted,
-    _on_command,
-    _on_decided,
-    _on_handler_finished,
-    _on_handler_scheduled,
-)
-from orchestrator.core.fold.turns import (
-    _on_child_started,
-    _on_compaction,
-    _on_interaction,
-    _on_metadata_requested,
-    _on_metadata_resolved,
-    _on_nested,
-    _on_step_failed,
-    _on_step_finished,
-    _on_step_started,
-    _on_step_superseded,
-    _on_stream,
-    _on_tool_failed,
-    _on_tool_finished,
-    _on_tool_reset,
-    _on_tool_started,
-    _on_turn_finished,
-    _on_turn_phase,
-    _on_turn_started,
-)
+from orchestrator.core.fold._common import DENIED, INTERRUPTED, Handlers, apply_actions
 from orchestrator.core.fold.turns import nest as nest
 from orchestrator.core.fold.turns import nested_wire as nested_wire
-from orchestrator.core.payloads import (
-    PAYLOAD_CLASSES,
-    ChildStarted,
-    CommandPayload,
-    Compaction,
-    Decided,
-    HandlerFinished,
-    HandlerScheduled,
-    InputAdmitted,
-    InteractionRequested,
-    ModelMetadataRequested,
-    ModelMetadataResolved,
-    Nested,
-    StepFailed,
-    StepFinished,
-    StepStarted,
-    StepSuperseded,
-    Stream,
-    ToolFailed,
-    ToolFinished,
-    ToolReset,
-    ToolStarted,
-    TurnFinished,
-    TurnPhaseChanged,
-    TurnStarted,
-)
+from orchestrator.core.payloads import PAYLOAD_CLASSES
 
 __all__ = ["DENIED", "INTERRUPTED", "apply_actions", "evolve", "fold_events", "initial_state"]
 
@@ -130,35 +80,7 @@ def _evolve_ai(state: AIState, event: Event) -> tuple[AIState, list[SessionActio
     return _HANDLERS[type(data)](state, event, data)
 
 
-def _payload_only(handle: Callable[[AIState, Any], Evolved]) -> Callable[[AIState, Event, Any], Evolved]:
-    return lambda state, _event, data: handle(state, data)
-
-
-_HANDLERS: dict[type, Callable[[AIState, Event, Any], Evolved]] = {
-    HandlerScheduled: _on_handler_scheduled,
-    HandlerFinished: _on_handler_finished,
-    **dict.fromkeys(get_args(CommandPayload), _on_command),
-    Stream: _payload_only(_on_stream),
-    Decided: _payload_only(_on_decided),
-    InputAdmitted: _payload_only(_on_admitted),
-    TurnStarted: _payload_only(_on_turn_started),
-    TurnPhaseChanged: _payload_only(_on_turn_phase),
-    TurnFinished: _payload_only(_on_turn_finished),
-    StepStarted: _payload_only(_on_step_started),
-    StepFinished: _payload_only(_on_step_finished),
-    StepFailed: _payload_only(_on_step_failed),
-    StepSuperseded: _payload_only(_on_step_superseded),
-    ToolStarted: _payload_only(_on_tool_started),
-    ToolReset: _payload_only(_on_tool_reset),
-    ToolFinished: _payload_only(_on_tool_finished),
-    ToolFailed: _payload_only(_on_tool_failed),
-    InteractionRequested: _payload_only(_on_interaction),
-    ChildStarted: _payload_only(_on_child_started),
-    Nested: _payload_only(_on_nested),
-    Compaction: _payload_only(_on_compaction),
-    ModelMetadataRequested: _payload_only(_on_metadata_requested),
-    ModelMetadataResolved: _payload_only(_on_metadata_resolved),
-}
+_HANDLERS: Handlers = {**inbox.HANDLERS, **turns.HANDLERS}
 """The fold of each built-in payload class (``_evolve_ai``)."""
 
 if set(_HANDLERS) != set(PAYLOAD_CLASSES.values()):  # a payload class added without a fold

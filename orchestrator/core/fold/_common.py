@@ -5,15 +5,18 @@ approvals close, its unfinished calls end, a running summary is interrupted), so
 the ones it needs (``_run``, which runs actions through the session reducer, and ``_interrupted``)
 live here, below both ``inbox`` (commands) and ``turns`` (the lifecycle) that call them.
 ``apply_actions`` is public (the package re-exports it) but lives here because ``_run`` uses it.
+So do the shape of a family's handler table (``Handlers``) and ``payload_only``, which fits a
+handler that needs only the payload into it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
 from orchestrator.core.actions import ApplyPart, SessionAction
 from orchestrator.core.aistate import ActiveTurn, AIState, CompactionState, ToolRecord, changed
+from orchestrator.core.events import Event
 from orchestrator.core.reducer import session_reducer
 from orchestrator.core.state import SessionState
 from orchestrator.core.stream import CompactionUpdate, ToolFailure
@@ -35,6 +38,14 @@ _TOOL_FAILURE_STATUS = {
 
 Evolved: TypeAlias = tuple[AIState, list[SessionAction]]
 """A fold step's result: the next state, and the session actions that produced its conversation."""
+
+Handlers: TypeAlias = dict[type, Callable[[AIState, Event, Any], Evolved]]
+"""A family's folds by payload class (``HANDLERS`` in ``inbox`` and ``turns``; ``fold`` merges them)."""
+
+
+def payload_only(handle: Callable[[AIState, Any], Evolved]) -> Callable[[AIState, Event, Any], Evolved]:
+    """A handler that needs only the payload, as a table entry (which also gets the event)."""
+    return lambda state, _event, data: handle(state, data)
 
 
 def apply_actions(session: SessionState, actions: Iterable[SessionAction]) -> SessionState:

@@ -9,12 +9,12 @@ conversation; the admission helpers are shared with ``turns`` (a turn's start ad
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import assert_never
+from typing import assert_never, get_args
 
 from orchestrator.core.actions import ApplyPart, Reset, Send, SessionAction, Stop
 from orchestrator.core.aistate import AIState, DueHandler, InboxItem, Receipt, changed
 from orchestrator.core.events import Event
-from orchestrator.core.fold._common import DENIED, Evolved, _end_turn, _run, _set_tool
+from orchestrator.core.fold._common import DENIED, Evolved, Handlers, _end_turn, _run, _set_tool, payload_only
 from orchestrator.core.ids import logical_event_id
 from orchestrator.core.parts import AgentMessage, TextPart
 from orchestrator.core.payloads import (
@@ -239,3 +239,13 @@ def _on_admitted(state: AIState, p: InputAdmitted) -> tuple[AIState, list[Sessio
     items = [i for i in state.inbox.items if i.id in ids]
     session, actions = _admit(state.session, items, generate=False)
     return state.with_(session=session, inbox=changed(state.inbox, items=_without(state.inbox.items, ids))), actions
+
+
+HANDLERS: Handlers = {
+    HandlerScheduled: _on_handler_scheduled,
+    HandlerFinished: _on_handler_finished,
+    **dict.fromkeys(get_args(CommandPayload), _on_command),
+    Decided: payload_only(_on_decided),
+    InputAdmitted: payload_only(_on_admitted),
+}
+"""The fold of each payload class of this family (merged into ``fold._HANDLERS``)."""

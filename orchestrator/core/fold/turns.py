@@ -22,7 +22,15 @@ from orchestrator.core.aistate import (
     Usage,
     changed,
 )
-from orchestrator.core.fold._common import _TOOL_FAILURE_STATUS, _end_turn, _interrupted, _run, _set_tool
+from orchestrator.core.fold._common import (
+    _TOOL_FAILURE_STATUS,
+    Handlers,
+    _end_turn,
+    _interrupted,
+    _run,
+    _set_tool,
+    payload_only,
+)
 from orchestrator.core.fold.inbox import _admit, _without
 from orchestrator.core.payloads import (
     ChildStarted,
@@ -336,3 +344,26 @@ def _on_metadata_resolved(state: AIState, p: ModelMetadataResolved) -> tuple[AIS
     else:
         metadata = ModelMetadata("unavailable")
     return state.with_(model_metadata={**state.model_metadata, p.model: metadata}), []
+
+
+HANDLERS: Handlers = {
+    Stream: payload_only(_on_stream),
+    TurnStarted: payload_only(_on_turn_started),
+    TurnPhaseChanged: payload_only(_on_turn_phase),
+    TurnFinished: payload_only(_on_turn_finished),
+    StepStarted: payload_only(_on_step_started),
+    StepFinished: payload_only(_on_step_finished),
+    StepFailed: payload_only(_on_step_failed),
+    StepSuperseded: payload_only(_on_step_superseded),
+    ToolStarted: payload_only(_on_tool_started),
+    ToolReset: payload_only(_on_tool_reset),
+    ToolFinished: payload_only(_on_tool_finished),
+    ToolFailed: payload_only(_on_tool_failed),
+    InteractionRequested: payload_only(_on_interaction),
+    ChildStarted: payload_only(_on_child_started),
+    Nested: payload_only(_on_nested),
+    Compaction: payload_only(_on_compaction),
+    ModelMetadataRequested: payload_only(_on_metadata_requested),
+    ModelMetadataResolved: payload_only(_on_metadata_resolved),
+}
+"""The fold of each payload class of this family (merged into ``fold._HANDLERS``)."""

@@ -253,7 +253,7 @@ class MemorySampler:
     @staticmethod
     def rss_by_kind() -> dict[str, int]:
         """The RSS of this process and every descendant by kind, in bytes."""
-        rss = MemorySampler._by_kind(lambda proc: proc.memory_info().rss, MemorySampler._tree())
+        rss = MemorySampler._by_kind(_rss, MemorySampler._tree())
         return {kind: int(value) for kind, value in rss.items()}
 
     @staticmethod
@@ -267,7 +267,7 @@ class MemorySampler:
         return MemorySampler._by_kind(lambda proc: sum(proc.cpu_times()[:2]), MemorySampler._tree())
 
     def _sample(self, procs: Sequence[tuple[psutil.Process, str]]) -> None:
-        rss = self._by_kind(lambda proc: proc.memory_info().rss, procs)
+        rss = self._by_kind(_rss, procs)
         total = int(sum(rss.values()))
         if total > self.peak:
             self.peak = total
@@ -294,6 +294,10 @@ class MemorySampler:
         self._stop.set()
         self._thread.join()
         self._sample(self._tree())
+
+
+def _rss(proc: psutil.Process) -> float:
+    return float(proc.memory_info().rss)
 
 
 def process_kind(name: str, cmdline: Sequence[str]) -> str:
@@ -372,6 +376,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> 
     split = {k: kinds[k] - kinds0.get(k, 0.0) - (memory.cpu_s if k == "driver" else 0.0) for k in kinds}
     cpu, driver = sum(split.values()), split.get("driver", 0.0)
     chunks_seen = max(sum(delivered), 1)
+    base = sum(baseline.values())
     await rt.deactivate_idle()
     stored = await _store_bytes(rt.store) - before_bytes
     pool: dict[str, Any] = (await rt.supervisor.info.remote())["dedicated"] or {}
@@ -383,8 +388,8 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> 
         ttft_ms_p50=round(_percentile(ttfts, 0.5) * 1000, 2),
         ttft_ms_p99=round(_percentile(ttfts, 0.99) * 1000, 2),
         peak_rss_mb=round(memory.peak / 2**20, 1),
-        baseline_rss_mb=round(sum(baseline.values()) / 2**20, 1),
-        memory_per_session_kb=round(max(memory.peak - sum(baseline.values()), 0) / n / 1024, 1),
+        baseline_rss_mb=round(base / 2**20, 1),
+        memory_per_session_kb=round(max(memory.peak - base, 0) / n / 1024, 1),
         store_bytes_per_session=round(stored / n, 1),
         cpu_s=round(cpu, 2),
         cpu_us_per_chunk=round(cpu / chunks_seen * 1e6, 1),

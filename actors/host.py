@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import resource
 import sys
 import time
@@ -42,6 +43,7 @@ from actors.schedules import MCP_RESTART
 from actors.subagents import SubAgents
 from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import Command
+from orchestrator.core.errors import UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.mutations import diff
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
@@ -54,10 +56,15 @@ from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 from tools.mcp import registry as mcp_connections
 
-__all__ = ["TURN_WAIT_LIMIT", "ClusterFactory", "HostOptions", "SessionHost"]
+__all__ = ["BATCHED_CALLS", "TURN_WAIT_LIMIT", "ClusterFactory", "HostOptions", "SessionHost"]
 
 log = structlog.get_logger()
 
+BATCHED_CALLS = frozenset(
+    {"command", "commands", "steer", "stop", "turn_of", "push", "snapshot", "snapshot_follow", "state_at"}
+)
+"""The session calls ``SessionHost.calls`` runs: each answers within a group commit or a read (none
+waits on a turn), so none holds up the rest of its batch."""
 TURN_WAIT_LIMIT = 24 * 3600.0
 """Seconds a host waits on one turn's end for a client (``Turn.finished``)."""
 
@@ -145,6 +152,9 @@ class SessionHost:
         self._turn_watches: dict[tuple[str, str], asyncio.Future[None]] = {}
         """Turns clients wait on through their pollers: (poller, input id) -> the waiting task."""
         self._closing = False
+        self.batches = 0
+        """``calls`` batches received, and the calls in them (``stats``)."""
+        self.batched = 0
         self.started = time.time()
         self.directory = HostDirectory(
             self.store,
@@ -171,10 +181,12 @@ class SessionHost:
         await asyncio.Event().wait()
 
     async def stats(self) -> dict[str, Any]:
-        """Active sessions, what the host still holds for them (``held``), and this process's memory."""
+        """Active sessions, what the host still holds (``held``), the ``calls`` batches it took, its memory."""
         return {
             "name": self.name,
             **self.held(),
+            "batches": self.batches,
+            "batched": self.batched,
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "switch_interval": sys.getswitchinterval(),
         }
@@ -448,6 +460,24 @@ class SessionHost:
         hosted = await self.activate(session_id, agent_key)
         return await hosted.runner.log.state_at(through=through)
 
+    async def calls(self, batch: list[tuple[str, str, tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
+        """Several session calls in one: ``(method, session id, args)`` each, run at once, in order.
+
+        Returns ``(True, result)`` or ``(False, exception)`` per call, in the batch's order: one
+        call failing (a bad command, a session that moved) fails only its own caller. A client
+        sends the calls it makes in one turn of its loop to one host this way (``actors.outbox``):
+        one Ray task, one argument and one reply instead of one each.
+        """
+        for method, _, _ in batch:
+            if method not in BATCHED_CALLS:
+                raise UsageError(f"SessionHost.calls: {method!r} is not a batched call; call it on its own")
+        self.batches += 1
+        self.batched += len(batch)
+        done = await asyncio.gather(
+            *(getattr(self, method)(session_id, *args) for method, session_id, args in batch), return_exceptions=True
+        )
+        return [(False, _portable(r)) if isinstance(r, BaseException) else (True, r) for r in done]
+
     async def poll(
         self,
         poller: str,
@@ -552,3 +582,12 @@ def _with_writer(url: str, writer: str) -> str:
     if not url.startswith("sqlite:") or writer == "thread" or any(p.startswith("writer=") for p in query.split("&")):
         return url  # a URL that names its writer keeps it
     return f"{path}?{query}&writer={writer}" if mark and query else f"{path}?writer={writer}"
+
+
+def _portable(error: BaseException) -> BaseException:
+    """``error`` when it pickles (the caller gets its own type and message), else a ``RuntimeError`` naming it."""
+    try:
+        pickle.dumps(error)
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error

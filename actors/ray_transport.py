@@ -11,7 +11,9 @@ import contextlib
 from typing import Any
 
 from actors.errors import HostUnavailable
+from actors.host import BATCHED_CALLS
 from actors.options import ACTOR_ERRORS
+from actors.outbox import Outbox
 from actors.retry import SESSION_CALL, RetriesExhausted
 from actors.router import Router
 
@@ -24,12 +26,16 @@ class RayTransport:
     def __init__(self, router: Router, supervisor: Any) -> None:
         self.router = router
         self.supervisor = supervisor
+        self.outbox = Outbox(router.host)
 
     async def call(self, session_id: str, method: str, *args: Any) -> Any:
         """See ``Transport.call``."""
         router = self.router
+        batched = method in BATCHED_CALLS
 
         async def call(name: str) -> Any:
+            if batched:  # with the other calls to this host in this turn of the loop (actors.outbox)
+                return await self.outbox.call(name, method, session_id, args)
             return await getattr(router.host(name), method).remote(session_id, *args)
 
         try:

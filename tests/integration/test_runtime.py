@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from actors.runtime import Runtime
 from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.approvals import pending_approvals
+from orchestrator.core.errors import UsageError
 from orchestrator.core.fold import INTERRUPTED, fold_events
 from orchestrator.core.mutations import ClientView
 from orchestrator.core.parts import AgentMessage, NestedRun, ToolPart
@@ -363,3 +365,30 @@ async def test_compaction_on_ray_the_catalog_default_and_a_custom_compact(runtim
         assert (await asyncio.wait_for((await other.prompt(f"m{i}")).finished, TIMEOUT)).success
     summary = (await other.state()).state.compaction
     assert summary is not None and summary.summary is not None and summary.summary.startswith("2 messages before")
+
+
+# -- calls ------------------------------------------------------------------------------------------
+
+
+async def test_calls_made_in_one_turn_of_the_loop_reach_each_host_as_one_batch(runtime: Runtime) -> None:
+    sessions = [runtime.session(f"b-{i}", agent=delegating()) for i in range(20)]
+    await sessions[0].state()  # the agent is registered: from here no call waits before it is sent
+    hosts = await runtime.hosts()
+
+    async def batched() -> tuple[int, int]:
+        stats = await asyncio.gather(*(asyncio.wait_for(h.stats.remote(), TIMEOUT) for h in hosts))
+        return sum(s["batches"] for s in stats), sum(s["batched"] for s in stats)
+
+    batches0, calls0 = await batched()
+    pushes = [s.push(("note.added", {"n": i})) for i, s in enumerate(sessions)]
+    bad = sessions[3].push(("note.added", {"n": float("nan")}))  # refused by the host, in the batch
+    *indexes, refused = await asyncio.gather(*pushes, bad, return_exceptions=True)
+
+    assert all(isinstance(i, int) and i >= 1 for i in indexes), indexes
+    assert isinstance(refused, UsageError) and "JSON" in str(refused), refused
+    for i, session in enumerate(sessions):  # each push landed in its own session, once
+        log = await runtime.store.read(session.id)
+        assert [e.payload for e in log if e.type == "note.added"] == [{"n": i}]
+    per_host = collections.Counter(runtime.router.place_now(s.id) for s in [*sessions, sessions[3]])
+    together = [n for n in per_host.values() if n > 1]  # a call alone goes as itself
+    assert await batched() == (batches0 + len(together), calls0 + sum(together)), per_host

@@ -1,0 +1,86 @@
+"""``Outbox``: the session calls a client makes in one turn of its loop, sent to each host as one Ray call.
+
+A client with many sessions (a server, a pipeline, the shop benchmark) sends their commands and
+snapshots in bursts: a poll reply ends a hundred turns and their next prompts go out together.
+Each Ray call costs a task, an argument and a reply on both sides, and while calls are in
+flight each holds its task's memory; a thousand sessions subscribing at once held ~13 KB each in
+the client. The outbox gathers the calls made before the loop next runs its ready callbacks,
+one list per host, and sends each list as ``SessionHost.calls``. A call alone is sent as itself,
+so a quiet client pays nothing. Each caller gets its own result or its own exception (the
+host's, or the Ray error of the batch when the host is gone, which ``Router.on_host`` retries
+per call as before). Only the quick calls of ``actors.host.BATCHED_CALLS`` go this way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Outbox"]
+
+Pending = list[tuple[str, str, tuple[Any, ...], "asyncio.Future[Any]"]]
+
+
+class Outbox:
+    """Per-host lists of calls waiting for the end of this turn of the loop."""
+
+    def __init__(self, host: Callable[[str], Any]) -> None:
+        self._host = host
+        """The actor handle of a host by name (``Router.host``)."""
+        self._pending: dict[str, Pending] = {}
+
+    def call(self, name: str, method: str, session_id: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        """``method(session_id, *args)`` on host ``name``, sent with the other calls of this turn."""
+        pending = self._pending.get(name)
+        if pending is None:
+            pending = self._pending[name] = []
+            asyncio.get_running_loop().call_soon(self._flush, name)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        pending.append((method, session_id, args, future))
+        return future
+
+    def _flush(self, name: str) -> None:
+        pending = self._pending.pop(name)
+        handle = self._host(name)
+        if len(pending) == 1:
+            method, session_id, args, future = pending[0]
+            _reply(getattr(handle, method).remote(session_id, *args)).add_done_callback(
+                lambda done: _settle_one(done, future)
+            )
+            return
+        batch = [(method, session_id, args) for method, session_id, args, _ in pending]
+        futures = [future for *_, future in pending]
+        _reply(handle.calls.remote(batch)).add_done_callback(lambda done: _settle(done, futures))
+
+
+def _reply(ref: Any) -> asyncio.Future[Any]:
+    """The reply of a Ray call as a future of this loop (what ``await ref`` does, without a task)."""
+    return asyncio.wrap_future(ref.future())
+
+
+def _settle_one(done: asyncio.Future[Any], future: asyncio.Future[Any]) -> None:
+    if future.done():  # the caller gave up (cancelled)
+        return
+    error = done.exception()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(done.result())
+
+
+def _settle(done: asyncio.Future[Any], futures: list[asyncio.Future[Any]]) -> None:
+    """Each caller's own result or exception; the batch's error (the host is gone) for all."""
+    error = done.exception()
+    results: list[tuple[bool, Any]] = [] if error is not None else done.result()
+    for i, future in enumerate(futures):
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+            continue
+        ok, value = results[i]
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)

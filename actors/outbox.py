@@ -28,30 +28,36 @@ class Outbox:
     def __init__(self, host: Callable[[str], Any]) -> None:
         self._host = host
         """The actor handle of a host by name (``Router.host``)."""
-        self._pending: dict[str, Pending] = {}
+        self._pending: dict[tuple[str, asyncio.AbstractEventLoop], Pending] = {}
 
     def call(self, name: str, method: str, session_id: str, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         """``method(session_id, *args)`` on host ``name``, sent with the other calls of this turn."""
-        pending = self._pending.get(name)
+        loop = asyncio.get_running_loop()
+        key = (name, loop)  # a client on several loops (threads) batches each loop's calls apart
+        pending = self._pending.get(key)
         if pending is None:
-            pending = self._pending[name] = []
-            asyncio.get_running_loop().call_soon(self._flush, name)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            pending = self._pending[key] = []
+            loop.call_soon(self._flush, key)
+        future: asyncio.Future[Any] = loop.create_future()
         pending.append((method, session_id, args, future))
         return future
 
-    def _flush(self, name: str) -> None:
-        pending = self._pending.pop(name)
-        handle = self._host(name)
-        if len(pending) == 1:
-            method, session_id, args, future = pending[0]
-            _reply(getattr(handle, method).remote(session_id, *args)).add_done_callback(
-                lambda done: _settle_one(done, future)
-            )
-            return
-        batch = [(method, session_id, args) for method, session_id, args, _ in pending]
+    def _flush(self, key: tuple[str, asyncio.AbstractEventLoop]) -> None:
+        pending = self._pending.pop(key)
         futures = [future for *_, future in pending]
-        _reply(handle.calls.remote(batch)).add_done_callback(lambda done: _settle(done, futures))
+        try:
+            handle = self._host(key[0])
+            if len(pending) == 1:
+                method, session_id, args, future = pending[0]
+                reply = _reply(getattr(handle, method).remote(session_id, *args))
+                reply.add_done_callback(lambda done: _settle_one(done, future))
+            else:
+                batch = [(method, session_id, args) for method, session_id, args, _ in pending]
+                _reply(handle.calls.remote(batch)).add_done_callback(lambda done: _settle(done, futures))
+        except Exception as error:  # e.g. HostNotFound: each caller's retry decides, as for a call of its own
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
 
 
 def _reply(ref: Any) -> asyncio.Future[Any]:
@@ -62,7 +68,7 @@ def _reply(ref: Any) -> asyncio.Future[Any]:
 def _settle_one(done: asyncio.Future[Any], future: asyncio.Future[Any]) -> None:
     if future.done():  # the caller gave up (cancelled)
         return
-    error = done.exception()
+    error = _error(done)
     if error is not None:
         future.set_exception(error)
     else:
@@ -71,7 +77,7 @@ def _settle_one(done: asyncio.Future[Any], future: asyncio.Future[Any]) -> None:
 
 def _settle(done: asyncio.Future[Any], futures: list[asyncio.Future[Any]]) -> None:
     """Each caller's own result or exception; the batch's error (the host is gone) for all."""
-    error = done.exception()
+    error = _error(done)
     results: list[tuple[bool, Any]] = [] if error is not None else done.result()
     for i, future in enumerate(futures):
         if future.done():
@@ -84,3 +90,7 @@ def _settle(done: asyncio.Future[Any], futures: list[asyncio.Future[Any]]) -> No
             future.set_result(value)
         else:
             future.set_exception(value)
+
+
+def _error(done: asyncio.Future[Any]) -> BaseException | None:
+    return asyncio.CancelledError() if done.cancelled() else done.exception()

@@ -129,3 +129,15 @@ async def test_a_host_runs_only_the_quick_calls_in_a_batch(rt: LocalRuntime, hos
 
 def _note(n: float) -> Event:
     return Event(f"evt-{n}", "note.added", {"n": n})
+
+
+async def test_a_host_that_cannot_be_found_fails_each_caller_with_that_error(rt: LocalRuntime) -> None:
+    def lookup(name: str) -> Handle:
+        raise LookupError(f"no host {name!r} now")
+
+    outbox = Outbox(lookup)
+    alone = outbox.call("a", "snapshot", "s-0", ("k",))
+    await asyncio.sleep(0)
+    together = [outbox.call("a", "snapshot", f"s-{i}", ("k",)) for i in range(2)]
+    results = await asyncio.wait_for(asyncio.gather(alone, *together, return_exceptions=True), TIMEOUT)
+    assert [str(r) for r in results] == ["no host 'a' now"] * 3

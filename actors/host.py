@@ -585,9 +585,13 @@ def _with_writer(url: str, writer: str) -> str:
 
 
 def _portable(error: BaseException) -> BaseException:
-    """``error`` when it pickles (the caller gets its own type and message), else a ``RuntimeError`` naming it."""
+    """``error`` when it makes the trip (the caller gets its own type and message), else a ``RuntimeError`` naming it.
+
+    Both ways are tried: an exception whose ``__init__`` takes other arguments than it passed on
+    pickles but does not unpickle, and that would fail the whole batch's reply in the client.
+    """
     try:
-        pickle.dumps(error)
+        pickle.loads(pickle.dumps(error))
     except Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
     return error

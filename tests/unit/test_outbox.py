@@ -141,3 +141,20 @@ async def test_a_host_that_cannot_be_found_fails_each_caller_with_that_error(rt:
     together = [outbox.call("a", "snapshot", f"s-{i}", ("k",)) for i in range(2)]
     results = await asyncio.wait_for(asyncio.gather(alone, *together, return_exceptions=True), TIMEOUT)
     assert [str(r) for r in results] == ["no host 'a' now"] * 3
+
+
+async def test_an_error_that_cannot_make_the_trip_reaches_its_caller_as_a_runtime_error(
+    rt: LocalRuntime, host: SessionHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Odd(Exception):  # pickles, but its __init__ cannot be called again with what it passed on
+        def __init__(self, a: str, b: str) -> None:
+            super().__init__(f"{a} and {b}")
+
+    async def snapshot(session_id: str, agent_key: str) -> Any:
+        raise Odd("the card reader", "the network are down")
+
+    monkeypatch.setattr(host, "snapshot", snapshot)
+    results = await host.calls([("snapshot", "s-0", (_key(rt),)), ("turn_of", "s-1", (_key(rt), "u-1"))])
+    (ok, error), second = results
+    assert not ok and type(error) is RuntimeError and str(error) == "Odd: the card reader and the network are down"
+    assert second == (True, None)  # the other call of the batch is answered

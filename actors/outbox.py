@@ -5,10 +5,10 @@ snapshots in bursts: a poll reply ends a hundred turns and their next prompts go
 Each Ray call costs a task, an argument and a reply on both sides, and while calls are in
 flight each holds its task's memory; a thousand sessions subscribing at once held ~13 KB each in
 the client. The outbox gathers the calls made before the loop next runs its ready callbacks,
-one list per host, and sends each list as ``SessionHost.calls``. A call alone is sent as itself,
-so a quiet client pays nothing. Each caller gets its own result or its own exception (the
-host's, or the Ray error of the batch when the host is gone, which ``Router.on_host`` retries
-per call as before). Only the quick calls of ``actors.host.BATCHED_CALLS`` go this way.
+one list per host, and sends each list as ``SessionHost.calls``. A call alone is sent as itself
+(one turn of the loop later than before: the cost of a quiet client). Each caller gets its own
+result or its own exception (the host's, or the Ray error of the batch when the host is gone,
+which ``Router.on_host`` retries per call as before). Only the quick calls of ``actors.host.BATCHED_CALLS`` go this way.
 """
 
 from __future__ import annotations

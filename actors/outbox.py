@@ -8,7 +8,8 @@ the client. The outbox gathers the calls made before the loop next runs its read
 one list per host, and sends each list as ``SessionHost.calls``. A call alone is sent as itself
 (one turn of the loop later than before: the cost of a quiet client). Each caller gets its own
 result or its own exception (the host's, or the Ray error of the batch when the host is gone,
-which ``Router.on_host`` retries per call as before). Only the quick calls of ``actors.host.BATCHED_CALLS`` go this way.
+which ``Router.on_host`` retries per call as before). Only the quick calls of
+``actors.host.BATCHED_CALLS`` go this way.
 """
 
 from __future__ import annotations
@@ -45,15 +46,15 @@ class Outbox:
     def _flush(self, key: tuple[str, asyncio.AbstractEventLoop]) -> None:
         pending = self._pending.pop(key)
         futures = [future for *_, future in pending]
+        alone = len(pending) == 1
         try:
             handle = self._host(key[0])
-            if len(pending) == 1:
-                method, session_id, args, future = pending[0]
-                reply = _reply(getattr(handle, method).remote(session_id, *args))
-                reply.add_done_callback(lambda done: _settle_one(done, future))
+            if alone:
+                method, session_id, args, _ = pending[0]
+                ref = getattr(handle, method).remote(session_id, *args)
             else:
-                batch = [(method, session_id, args) for method, session_id, args, _ in pending]
-                _reply(handle.calls.remote(batch)).add_done_callback(lambda done: _settle(done, futures))
+                ref = handle.calls.remote([(method, session_id, args) for method, session_id, args, _ in pending])
+            _reply(ref).add_done_callback(lambda done: _settle(done, futures, alone=alone))
         except Exception as error:  # e.g. HostNotFound: each caller's retry decides, as for a call of its own
             for future in futures:
                 if not future.done():
@@ -65,27 +66,19 @@ def _reply(ref: Any) -> asyncio.Future[Any]:
     return asyncio.wrap_future(ref.future())
 
 
-def _settle_one(done: asyncio.Future[Any], future: asyncio.Future[Any]) -> None:
-    if future.done():  # the caller gave up (cancelled)
-        return
+def _settle(done: asyncio.Future[Any], futures: list[asyncio.Future[Any]], *, alone: bool) -> None:
+    """Each caller's own result or exception (``alone``: the reply is the one call's result).
+
+    The error of the Ray call itself (the host is gone) goes to every caller.
+    """
     error = _error(done)
     if error is not None:
-        future.set_exception(error)
+        results: list[tuple[bool, Any]] = [(False, error)] * len(futures)
     else:
-        future.set_result(done.result())
-
-
-def _settle(done: asyncio.Future[Any], futures: list[asyncio.Future[Any]]) -> None:
-    """Each caller's own result or exception; the batch's error (the host is gone) for all."""
-    error = _error(done)
-    results: list[tuple[bool, Any]] = [] if error is not None else done.result()
-    for i, future in enumerate(futures):
-        if future.done():
+        results = [(True, done.result())] if alone else done.result()
+    for future, (ok, value) in zip(futures, results, strict=True):
+        if future.done():  # the caller gave up (cancelled)
             continue
-        if error is not None:
-            future.set_exception(error)
-            continue
-        ok, value = results[i]
         if ok:
             future.set_result(value)
         else:

@@ -246,6 +246,11 @@ class Steps:
         except Exception as error:  # a bug outside the model's stream must not leave the turn running forever
             _log.exception("step_crashed", session_id=host.session_id, step_id=effect.step_id)
             message = f"the model step could not run: {type(error).__name__}: {error}"
+            # A step starts while its start is written (``_commit_locked``): a crash at once can
+            # come before that write is durable. Wait for it (an empty write waits for those
+            # queued or in flight before it), or the turn below is not there yet and nothing
+            # would ever end it.
+            await host._append([])
             state = host.log.state
             if state.active is None or state.active.id != effect.turn_id:
                 return

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -569,6 +570,27 @@ async def test_a_step_that_crashes_outside_the_model_fails_the_turn_with_the_rea
     assert runner.state.status == "error"
     assert runner.state.error is not None
     assert "KeyError" in runner.state.error.message and "status" in runner.state.error.message
+
+
+async def test_a_step_that_crashes_before_its_start_is_durable_still_fails_the_turn(tmp_path: Path) -> None:
+    # A model step starts while its start is being written; on SQLite that write is not yet
+    # durable when a crash at the step's very start is handled. The turn must fail all the same,
+    # not stay running with nobody to end it.
+    def metadata(context: MetadataContext) -> Mapping[str, Any]:
+        raise KeyError("status")
+
+    store = open_store(f"sqlite:///{tmp_path / 'crash.db'}")
+    local = LocalSessions(store)
+    try:
+        agent = Agent("a", "x", FunctionModel(lambda r: [TextDelta("hi")]), message_metadata=metadata)
+        for i in range(3):
+            runner = await local.open(f"s-{i}", agent)
+            assert await turn(runner, f"u-{i}", "hello") == "failed"
+            assert runner.state.error is not None and "KeyError" in runner.state.error.message
+            assert runner.state.active is None
+    finally:
+        await local.close()
+        await store.close()
 
 
 async def test_the_tool_list_is_read_again_after_every_call(sessions: LocalSessions) -> None:

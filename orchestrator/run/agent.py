@@ -201,6 +201,7 @@ class Agent:
     finished; a failure is recorded (``ai.handler.finished``) and does not fail the turn."""
     _static: tuple[ToolLike, ...] | None = field(default=None, init=False, repr=False, compare=False)
     _adapter: bool = field(default=False, init=False, repr=False, compare=False)
+    _delegates: tuple[ToolSpec, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -239,6 +240,7 @@ class Agent:
         static = all(isinstance(r, ToolLike) for r in self.tools)
         object.__setattr__(self, "_static", tuple(self.tools) if static else None)
         object.__setattr__(self, "_adapter", isinstance(self.model, ModelAdapter))
+        object.__setattr__(self, "_delegates", self._delegate_specs())
         for ref in self.tools:
             if isinstance(ref, ToolLike):
                 if ref.name in names:
@@ -336,8 +338,11 @@ class Agent:
         return next((a for a in self.agents if a.name == wanted), None)
 
     def delegate_specs(self) -> list[ToolSpec]:
-        """The ``delegate_to_<name>`` tools the model sees."""
-        return [
+        """The ``delegate_to_<name>`` tools the model sees (made once: every model step asks)."""
+        return list(self._delegates)
+
+    def _delegate_specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(
             ToolSpec(
                 DELEGATE_PREFIX + sub.name,
                 sub.description or f"Delegate a task to the {sub.name} agent; it answers with its final text.",
@@ -349,7 +354,7 @@ class Agent:
                 },
             )
             for sub in self.agents
-        ]
+        )
 
     def find(self, name: str) -> Agent | None:
         """This agent or a descendant by name (the first found, depth first)."""

@@ -322,7 +322,8 @@ class Steps:
                     continue
                 if type(part) is ToolCall:
                     calls.append({"id": part.id, "name": part.name})
-                await stream.put(part)
+                if stream.put(part):
+                    await stream.flush()
             if signal.cancelled:
                 stream.cancel()
                 return
@@ -497,15 +498,25 @@ class _StepStream:
     def add(self, part: AgentStreamPart) -> None:
         self.parts.append(part)
 
-    async def put(self, part: AgentStreamPart) -> None:
+    def put(self, part: AgentStreamPart) -> bool:
+        """Buffer ``part``; ``True`` when the buffer is full and the step must ``flush`` it now.
+
+        Not a coroutine: a part costs no coroutine of its own (one per model chunk), only the
+        rare full buffer awaits its write.
+        """
         parts = self.parts
         parts.append(part)
         if len(parts) >= self.runner.flush_parts:
-            await self._flush()
-        elif self.timer is None:
+            return True
+        if self.timer is None:
             self.timer = self.clock.call_later(self.interval, self._on_timer)
             if self.pacer is not None:
                 self.interval = self.pacer.interval(self.runner.flush_every)
+        return False
+
+    async def flush(self) -> None:
+        """Write what is buffered now (``put`` said the buffer is full)."""
+        await self._flush()
 
     def _on_timer(self) -> None:
         self.timer = None

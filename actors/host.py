@@ -49,7 +49,7 @@ from orchestrator.core.mutations import diff
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
 from orchestrator.run.gc_tuning import tune_gc
 from orchestrator.run.log import Applied
-from orchestrator.run.pacing import StreamPacer
+from orchestrator.run.pacing import DEFAULT_BUDGET, StreamPacer
 from orchestrator.run.runner import SessionRunner
 from orchestrator.run.turn_commands import steer_turn, stop_turn
 from orchestrator.store import open_store
@@ -91,7 +91,7 @@ class HostOptions:
     """Seconds between the later stream batches of a step (at least; see ``flush_budget``)."""
     flush_parts: int = 256
     """Parts that force a flush."""
-    flush_budget: float = 1000.0
+    flush_budget: float = DEFAULT_BUDGET
     """Stream writes per second the host's streaming steps share (``orchestrator.run.pacing``)."""
     nested_delay: float = 0.01
     """Seconds a sub-agent's batch may wait for others to share the parent's write."""

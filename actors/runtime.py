@@ -59,6 +59,7 @@ from actors.store_feed import FOLLOW_MODES
 from actors.supervisor import Supervisor
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
+from orchestrator.run.pacing import DEFAULT_BUDGET
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 
@@ -110,7 +111,7 @@ class Runtime(BaseRuntime):
         flush_interval: float = 0.004,
         flush_every: float = 0.02,
         flush_parts: int = 256,
-        flush_budget: float = 1000.0,
+        flush_budget: float = DEFAULT_BUDGET,
         nested_delay: float = 0.01,
         children: Literal["spread", "local"] = "local",
         warm: int = 2,

@@ -16,9 +16,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Protocol
+from typing import Final, Protocol
 
-__all__ = ["Clock", "LoopClock", "StreamPacer", "Timer"]
+__all__ = ["DEFAULT_BUDGET", "Clock", "LoopClock", "StreamPacer", "Timer"]
+
+DEFAULT_BUDGET: Final = 500.0
+"""Stream writes per second a process's streaming steps share, unless told otherwise. With 10
+steps streaming or fewer each still writes every 20 ms (``flush_every``); with 50, every 0.1 s.
+Measured on the shop workload at N=100 (two hosts, 50 steps each), against 1000: 1.3x the
+sessions/s at 4/5 of the CPU per chunk, the first text as soon; 300 and 250 gained little more."""
 
 
 class Timer(Protocol):
@@ -56,7 +62,7 @@ class LoopClock:
 class StreamPacer:
     """The stream-write budget of one process (a session host), and the clock its steps' timers use."""
 
-    def __init__(self, budget: float = 1000.0, *, clock: Clock | None = None) -> None:
+    def __init__(self, budget: float = DEFAULT_BUDGET, *, clock: Clock | None = None) -> None:
         if budget <= 0:
             raise ValueError(f"the stream write budget must be positive (writes per second), not {budget}")
         self.budget = budget

@@ -13,13 +13,14 @@ from functools import partial
 
 import pytest
 
+from actors.host import HostOptions
 from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import SendInput, StopTurn
 from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
-from orchestrator.run.pacing import StreamPacer
+from orchestrator.run.pacing import DEFAULT_BUDGET, StreamPacer
 from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.testing import eventually
@@ -166,6 +167,18 @@ def test_the_interval_follows_the_streams_and_never_drops_below_the_floor() -> N
     assert pacer.interval(0.5) == 0.5
     with pytest.raises(ValueError, match="positive"):
         StreamPacer(budget=0)
+
+
+def test_by_default_ten_steps_stream_at_their_own_pace_and_fifty_every_tenth_of_a_second() -> None:
+    pacer = StreamPacer()
+    assert pacer.budget == DEFAULT_BUDGET
+    for _ in range(10):
+        pacer.enter()
+    assert pacer.interval(0.02) == pytest.approx(0.02)
+    for _ in range(40):
+        pacer.enter()
+    assert pacer.interval(0.02) == pytest.approx(0.1)
+    assert HostOptions(store="sqlite://", namespace="n").flush_budget == DEFAULT_BUDGET
 
 
 class StoppableModel:

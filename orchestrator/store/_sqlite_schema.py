@@ -12,7 +12,7 @@ Layout (``PRAGMA user_version = 2``), chosen for a small file:
   spilling to an overflow page, where a WITHOUT ROWID table spills past ~1 KB. (Measured on
   the store bench: the ``(sid, idx)`` WITHOUT ROWID layout was 4-8 % larger and slower.) Two
   small indexes remain: ``(sid, idx)`` reads a log in order, ``event_id`` keeps ids unique
-  across the store.
+  across the store (partial: it holds only the ids stored, not the ``NULL`` ones below).
 - ``snapshots(session_id, reducer, idx, data)``: a cache; keyed by the session's text id so it
   needs no session row.
 
@@ -55,7 +55,9 @@ _SCHEMA: Final = (
         payload BLOB NOT NULL
     )""",
     "CREATE UNIQUE INDEX IF NOT EXISTS events_by_position ON events (sid, idx)",
-    "CREATE UNIQUE INDEX IF NOT EXISTS events_by_id ON events (event_id)",
+    # Partial: the derived ids stored as NULL (most events) take no entry. Files made before
+    # keep their full index, which answers the same lookups (``event_id = ?`` and ``IN``).
+    "CREATE UNIQUE INDEX IF NOT EXISTS events_by_id ON events (event_id) WHERE event_id IS NOT NULL",
     """CREATE TABLE IF NOT EXISTS snapshots (
         session_id TEXT NOT NULL,
         reducer TEXT NOT NULL,

@@ -883,3 +883,49 @@ async def test_a_version_1_file_keeps_storing_every_id(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT event_id FROM events").fetchall() == [(derived("s", 1),)]
         assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+
+
+async def test_a_new_file_indexes_only_the_ids_it_stores(sqlite_store: SqliteStore) -> None:
+    await sqlite_store.append("s", [ev("u-1"), ev(derived("s", 2))], expected_index=0)
+
+    def layout() -> tuple[str, str]:
+        with sqlite3.connect(sqlite_store.path) as conn:
+            (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events_by_id'").fetchone()
+            plan = conn.execute("EXPLAIN QUERY PLAN SELECT 1 FROM events WHERE event_id IN (?, ?)", ("a", "b"))
+            return sql, " ".join(str(row[-1]) for row in plan)
+
+    sql, plan = await asyncio.to_thread(layout)
+    assert sql.endswith("WHERE event_id IS NOT NULL")  # the NULL (derived) ids take no entry
+    assert "events_by_id" in plan  # and a lookup by id still uses it
+    with pytest.raises(PartialDuplicateBatch):  # ids stay unique across the store
+        await sqlite_store.append("t", [ev("u-1", payload={"other": 1})], expected_index=0)
+
+
+async def test_a_version_2_file_with_a_full_id_index_keeps_working(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    with sqlite3.connect(path) as conn:  # version 2 as first released: every row in events_by_id
+        conn.executescript(
+            """
+            CREATE TABLE sessions (sid INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE,
+                last_index INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
+            CREATE TABLE events (seq INTEGER PRIMARY KEY, sid INTEGER NOT NULL, idx INTEGER NOT NULL,
+                event_id TEXT, type TEXT NOT NULL, at REAL NOT NULL, payload BLOB NOT NULL);
+            CREATE UNIQUE INDEX events_by_position ON events (sid, idx);
+            CREATE UNIQUE INDEX events_by_id ON events (event_id);
+            CREATE TABLE snapshots (session_id TEXT NOT NULL, reducer TEXT NOT NULL, idx INTEGER NOT NULL,
+                data BLOB NOT NULL, UNIQUE (session_id, reducer));
+            PRAGMA user_version = 2;
+            """
+        )
+    store = SqliteStore(path)
+    try:
+        await store.append("s", [ev("u-1"), ev(derived("s", 2))], expected_index=0)
+        with pytest.raises(PartialDuplicateBatch):
+            await store.append("t", [ev("u-1", payload={"other": 1})], expected_index=0)
+        assert [e.id for e in await store.read("s")] == ["u-1", derived("s", 2)]
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events_by_id'").fetchone()
+        assert "WHERE" not in sql  # left as it was
+        assert conn.execute("SELECT event_id FROM events ORDER BY idx").fetchall() == [("u-1",), (None,)]

@@ -858,22 +858,27 @@ async def test_a_retried_batch_of_derived_ids_replays(sqlite_store: SqliteStore)
     assert len(await sqlite_store.read("s")) == 2
 
 
-async def test_a_version_1_file_keeps_storing_every_id(tmp_path: Path) -> None:
-    path = tmp_path / "v1.db"
-    with sqlite3.connect(path) as conn:  # the layout of schema version 1
+def old_layout(path: Path, *, version: int, event_id: str) -> None:
+    """Write an empty file in an earlier layout: ``event_id``'s column type, a full id index."""
+    with sqlite3.connect(path) as conn:
         conn.executescript(
-            """
+            f"""
             CREATE TABLE sessions (sid INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE,
                 last_index INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
             CREATE TABLE events (seq INTEGER PRIMARY KEY, sid INTEGER NOT NULL, idx INTEGER NOT NULL,
-                event_id TEXT NOT NULL, type TEXT NOT NULL, at REAL NOT NULL, payload BLOB NOT NULL);
+                event_id {event_id}, type TEXT NOT NULL, at REAL NOT NULL, payload BLOB NOT NULL);
             CREATE UNIQUE INDEX events_by_position ON events (sid, idx);
             CREATE UNIQUE INDEX events_by_id ON events (event_id);
             CREATE TABLE snapshots (session_id TEXT NOT NULL, reducer TEXT NOT NULL, idx INTEGER NOT NULL,
                 data BLOB NOT NULL, UNIQUE (session_id, reducer));
-            PRAGMA user_version = 1;
+            PRAGMA user_version = {version};
             """
         )
+
+
+async def test_a_version_1_file_keeps_storing_every_id(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    old_layout(path, version=1, event_id="TEXT NOT NULL")
     store = SqliteStore(path)
     try:
         await store.append("s", [ev(derived("s", 1))], expected_index=0)
@@ -903,20 +908,7 @@ async def test_a_new_file_indexes_only_the_ids_it_stores(sqlite_store: SqliteSto
 
 async def test_a_version_2_file_with_a_full_id_index_keeps_working(tmp_path: Path) -> None:
     path = tmp_path / "v2.db"
-    with sqlite3.connect(path) as conn:  # version 2 as first released: every row in events_by_id
-        conn.executescript(
-            """
-            CREATE TABLE sessions (sid INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE,
-                last_index INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL);
-            CREATE TABLE events (seq INTEGER PRIMARY KEY, sid INTEGER NOT NULL, idx INTEGER NOT NULL,
-                event_id TEXT, type TEXT NOT NULL, at REAL NOT NULL, payload BLOB NOT NULL);
-            CREATE UNIQUE INDEX events_by_position ON events (sid, idx);
-            CREATE UNIQUE INDEX events_by_id ON events (event_id);
-            CREATE TABLE snapshots (session_id TEXT NOT NULL, reducer TEXT NOT NULL, idx INTEGER NOT NULL,
-                data BLOB NOT NULL, UNIQUE (session_id, reducer));
-            PRAGMA user_version = 2;
-            """
-        )
+    old_layout(path, version=2, event_id="TEXT")  # version 2 as first released: every row in events_by_id
     store = SqliteStore(path)
     try:
         await store.append("s", [ev("u-1"), ev(derived("s", 2))], expected_index=0)

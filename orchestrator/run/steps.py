@@ -514,10 +514,6 @@ class _StepStream:
                 self.interval = self.pacer.interval(self.runner.flush_every)
         return False
 
-    async def flush(self) -> None:
-        """Write what is buffered now (``put`` said the buffer is full)."""
-        await self._flush()
-
     def _on_timer(self) -> None:
         self.timer = None
         if self.parts and (self.flushing is None or self.flushing.done()):
@@ -534,7 +530,8 @@ class _StepStream:
         parts, self.parts = self.parts, []
         return tuple(coalesce(parts))  # typed: the fold applies them as they are; the store encodes once
 
-    async def _flush(self, extra: Sequence[Event] = ()) -> None:
+    async def flush(self, extra: Sequence[Event] = ()) -> None:
+        """Write what is buffered now, with ``extra`` after it (a full buffer, or the step's end)."""
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -549,7 +546,7 @@ class _StepStream:
         self.leave()
         if self.flushing is not None and not self.flushing.done():
             await self.flushing
-        await self._flush(final)
+        await self.flush(final)
 
     def cancel(self) -> None:
         self.leave()

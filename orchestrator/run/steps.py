@@ -175,11 +175,7 @@ class Steps:
         except Exception as error:  # a resolver that raises fails the turn with its message
             message = str(error) or type(error).__name__
             return (
-                [
-                    Event("", ai.STEP_STARTED, {**started, "model": ""}),
-                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
-                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
-                ],
+                [Event("", ai.STEP_STARTED, {**started, "model": ""}), *_step_failed(effect, message)],
                 None,
                 True,
             )
@@ -254,12 +250,7 @@ class Steps:
             state = host.log.state
             if state.active is None or state.active.id != effect.turn_id:
                 return
-            await host._append(
-                [
-                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
-                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
-                ]
-            )
+            await host._append(_step_failed(effect, message))
 
     async def _run_step(
         self,
@@ -281,12 +272,7 @@ class Steps:
             tools = await agent.list_tools(state.app)
         except Exception as error:
             message = f"listing tools failed: {error}"
-            await host._append(
-                [
-                    Event("", ai.STEP_FAILED, {"stepId": effect.step_id, "error": message}),
-                    Event("", ai.TURN_FINISHED, {"turnId": effect.turn_id, "outcome": "failed", "error": message}),
-                ]
-            )
+            await host._append(_step_failed(effect, message))
             return
         specs = [t.spec for t in tools] + agent.delegate_specs()
         if plan is not None:
@@ -343,11 +329,7 @@ class Steps:
         except Exception as error:  # an adapter that throws becomes an error part with its message
             code = error.code if isinstance(error, ModelError) else None
             message = error.message if isinstance(error, ModelError) else (str(error) or type(error).__name__)
-            failed: JsonObject = {"stepId": effect.step_id, "error": message}
-            ended: JsonObject = {"turnId": effect.turn_id, "outcome": "failed", "error": message}
-            if code is not None:
-                failed["code"] = ended["code"] = code
-            await stream.close([Event("", ai.STEP_FAILED, failed), Event("", ai.TURN_FINISHED, ended)])
+            await stream.close(_step_failed(effect, message, code))
         finally:
             stream.leave()  # however the step ended, it no longer streams
 
@@ -423,15 +405,7 @@ class Steps:
             # The default: the generation fails; the previous context (and summary) stays intact.
             text = f"compaction failed: {message}"
             code = error.code if isinstance(error, ModelError) else None
-            step_failed = StepFailed(effect.step_id, text, code)
-            ended = TurnFinished(effect.turn_id, "failed", error=text, code=code)
-            await host._append(
-                [
-                    Event("", failed.type, data=failed),
-                    Event("", step_failed.type, data=step_failed),
-                    Event("", ended.type, data=ended),
-                ]
-            )
+            await host._append([Event("", failed.type, data=failed), *_step_failed(effect, text, code)])
             return False
         done = replace(
             base, status="completed", summary=summary, through=cut, usage=usage if isinstance(usage, dict) else None
@@ -582,6 +556,13 @@ async def _maybe_await(value: T | Awaitable[T]) -> T:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+def _step_failed(effect: RunStep, message: str, code: str | None = None) -> list[Event]:
+    """The step failed with ``message`` (and the model's error ``code``), and so did its turn."""
+    failed = StepFailed(effect.step_id, message, code)
+    ended = TurnFinished(effect.turn_id, "failed", error=message, code=code)
+    return [Event("", failed.type, data=failed), Event("", ended.type, data=ended)]
 
 
 def stale(state: AIState, event: Event) -> bool:

@@ -450,20 +450,19 @@ class SessionRunner:
     # -- waiting ---------------------------------------------------------------------------------
 
     async def wait_for(self, predicate: Callable[[AIState], bool], timeout: float | None = None) -> AIState:
-        """Return the state once ``predicate`` holds for it."""
-
-        async def wait() -> AIState:
-            self._waiters += 1
-            try:
-                while not predicate(self.log.state):
-                    await self._changed.wait()
-                return self.log.state
-            finally:
-                self._waiters -= 1
-
+        """Return the state once ``predicate`` holds for it; ``TimeoutError`` after ``timeout`` seconds."""
         if predicate(self.log.state):
             return self.log.state
-        return await asyncio.wait_for(wait(), timeout)
+        self._waiters += 1
+        try:
+            # ``asyncio.timeout`` times the waiting task itself. ``asyncio.wait_for`` would run the
+            # wait as a task of its own: a task and a coroutine more per waited turn, on every host.
+            async with asyncio.timeout(timeout):
+                while not predicate(self.log.state):
+                    await self._changed.wait()
+        finally:
+            self._waiters -= 1
+        return self.log.state
 
     async def wait_turn(self, turn_id: str, timeout: float | None = None) -> TurnOutcome:
         """Wait until the turn ``turn_id`` has ended, and say how."""

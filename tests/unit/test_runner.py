@@ -108,6 +108,24 @@ async def test_the_add_to_cart_flow(sessions: LocalSessions) -> None:
     assert fold_events(await sessions.store.read("s-1")) == state
 
 
+async def test_wait_for_returns_the_state_that_holds_or_times_out_and_forgets_the_waiter(
+    sessions: LocalSessions,
+) -> None:
+    agent = Agent("echo", "Echo.", ScriptedModel([[{"text": "hi"}]]))
+    runner = await sessions.open("s-1", agent)
+    with pytest.raises(TimeoutError):
+        await runner.wait_for(lambda s: s.turns == 1, 0.05)
+    assert runner._waiters == 0  # a timed-out wait no longer asks writes to wake it
+    waiting = asyncio.ensure_future(runner.wait_for(lambda s: s.turns == 1 and s.active is None, TIMEOUT))
+    await asyncio.sleep(0)
+    assert runner._waiters == 1
+    await runner.submit(SendInput("u-1", "hello"))
+    state = await waiting
+    assert state.turns == 1 and state.messages[-1].text == "hi"
+    assert runner._waiters == 0
+    assert (await runner.wait_for(lambda s: s.turns == 1, 0)).turns == 1  # holds already: no wait at all
+
+
 async def test_the_model_is_sent_instructions_tools_and_the_tool_result(sessions: LocalSessions) -> None:
     model = ScriptedModel([[{"tool": "add_to_cart", "input": {"slug": "mug"}}], [{"text": "ok"}]])
     agent = Agent("shopper", "Help the user shop.", model, tools=[cart_tool(Counter())])

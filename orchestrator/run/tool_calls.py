@@ -72,6 +72,8 @@ class ToolWork:
     task: asyncio.Task[None]
     signal: CancelSignal
     child: str | None = None
+    settling: bool = False
+    """Its task has queued the call's outcome and only waits for it to be durable."""
 
 
 class ToolCalls:
@@ -83,12 +85,16 @@ class ToolCalls:
         """The calls whose task runs now, by call id."""
 
     def reconcile(self, state: AIState) -> list[str]:
-        """Cancel the calls ``state`` no longer runs (a stop ended them); the children to stop."""
+        """Cancel the calls ``state`` no longer runs (a stop ended them); the children to stop.
+
+        A call whose own task wrote its outcome is left to end by itself: its function has
+        returned, and a delegate's child has finished its turn, so there is nothing to cut.
+        """
         children: list[str] = []
         for call_id, work in list(self.running.items()):
             record = state.tools.get(call_id)
             if record is None or record.status not in ("running", "pending", "approved"):
-                if not work.task.done() and work.task is not asyncio.current_task():
+                if not work.task.done() and not work.settling and work.task is not asyncio.current_task():
                     work.signal.cancel("stopped")
                     work.task.cancel()
                     if work.child is not None and record is not None and record.final:
@@ -226,7 +232,7 @@ class ToolCalls:
             app=host.log.state.app,
             emit=lambda value: self._emit(record.id, value),
         )
-        await host._append([Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": output})])
+        await self._settle(record.id, [Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": output})])
 
     async def _run_tool(self, record: ToolRecord, signal: CancelSignal) -> None:
         """A call to a tool from a dynamic source: list, check, maybe ask approval, then run."""
@@ -254,7 +260,21 @@ class ToolCalls:
                 await host.agent.list_tools(host.log.state.app)
 
     async def _fail_tool(self, call_id: str, message: str, code: str | None = None) -> None:
-        await self.host._append([_failed(call_id, message, code)])
+        # A delegate that failed here (its child could not be reached, say) may have left its
+        # child running: not settled, so a stop meanwhile still reaches the child.
+        work = self.running.get(call_id)
+        await self._settle(call_id, [_failed(call_id, message, code)], work is None or work.child is None)
+
+    async def _settle(self, call_id: str, events: Sequence[Event], settled: bool = True) -> None:
+        """Write the call's outcome from its own task; ``settled``: nothing of it runs any more.
+
+        ``reconcile`` then leaves the task to end by itself: a stop that comes meanwhile has
+        nothing to cut, and a delegate's finished child gets no stop.
+        """
+        work = self.running.get(call_id)
+        if work is not None and settled:
+            work.settling = True
+        await self.host._append(events)
 
     async def _emit(self, call_id: str, output: JsonValue) -> None:
         part = part_to_wire(ToolResult(call_id, output, preliminary=True))
@@ -271,9 +291,9 @@ class ToolCalls:
             # (its last live batch may travel on another channel and arrive later).
             await host.deliver(result.final)
         if result.error is None:
-            await host._append([Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": result.text})])
-        else:
-            await self._fail_tool(record.id, result.error, result.code)
+            await self._settle(record.id, [Event("", ai.TOOL_FINISHED, {"callId": record.id, "output": result.text})])
+        else:  # the child's turn ended: it failed
+            await self._settle(record.id, [_failed(record.id, result.error, result.code)])
 
 
 def recovery_policy(agent: Agent, name: str) -> str:

@@ -209,6 +209,40 @@ async def test_a_two_level_delegation_nests_every_part_under_the_right_call(
     assert fold_events(await store.read("s-1")) == state
 
 
+async def test_a_delegate_that_finished_sends_its_child_no_stop(
+    sessions: LocalSessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stops: list[str] = []
+    stop = sessions.children.stop
+
+    async def counted(child_id: str) -> None:
+        stops.append(child_id)
+        await stop(child_id)
+
+    monkeypatch.setattr(sessions.children, "stop", counted)
+    runner = await sessions.open("s-1", delegating_agents())
+    assert await turn(runner, "u-1", "compare") == "completed"
+    assert call(runner.state, "delegate_to_researcher").state == "done"
+    assert stops == []  # both children had ended their turns: a stop would be a wasted command
+
+
+async def test_a_stop_reaches_the_sub_agent_of_a_running_delegate(sessions: LocalSessions) -> None:
+    model = GatedModel("looking ", "found")
+    researcher = Agent("researcher", "Research.", model)
+    script = ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "look"}}], [{"text": "never"}]])
+    runner = await sessions.open("s-1", Agent("shop", "Shop.", script, agents=[researcher]))
+    await runner.submit(SendInput("u-1", "go"))
+    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await runner.submit(StopTurn("x-1"))
+    assert (await runner.wait_input("u-1", timeout=TIMEOUT)).outcome == "stopped"
+    research = call(runner.state, "delegate_to_researcher")
+    assert research.state == "cancelled"
+    child = sessions.children.runners[f"s-1/{research.id}"]
+    state = await child.wait_for(lambda s: s.active is None, TIMEOUT)
+    assert state.last_turn is not None and state.last_turn[1] == "stopped"
+    assert len(model.requests) == 1
+
+
 class LateChildren(LocalChildren):
     """Sub-agents whose batches reach the parent late and out of order (as Ray calls can)."""
 

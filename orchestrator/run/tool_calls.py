@@ -261,18 +261,17 @@ class ToolCalls:
 
     async def _fail_tool(self, call_id: str, message: str, code: str | None = None) -> None:
         # A delegate that failed here (its child could not be reached, say) may have left its
-        # child running: not settled, so a stop meanwhile still reaches the child.
-        work = self.running.get(call_id)
-        await self._settle(call_id, [_failed(call_id, message, code)], work is None or work.child is None)
+        # child running: a stop meanwhile must still reach the child.
+        await self._settle(call_id, [_failed(call_id, message, code)], child_ended=False)
 
-    async def _settle(self, call_id: str, events: Sequence[Event], settled: bool = True) -> None:
-        """Write the call's outcome from its own task; ``settled``: nothing of it runs any more.
+    async def _settle(self, call_id: str, events: Sequence[Event], *, child_ended: bool = True) -> None:
+        """Write the call's outcome from its own task (``child_ended``: a delegate's child is done).
 
         ``reconcile`` then leaves the task to end by itself: a stop that comes meanwhile has
         nothing to cut, and a delegate's finished child gets no stop.
         """
         work = self.running.get(call_id)
-        if work is not None and settled:
+        if work is not None and (child_ended or work.child is None):
             work.settling = True
         await self.host._append(events)
 

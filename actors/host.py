@@ -35,12 +35,13 @@ import structlog
 from actors.cluster import Cluster
 from actors.directory import HostDirectory
 from actors.errors import SessionMoved
-from actors.hub import MutationHub, WaitFailed
+from actors.hub import MutationHub
 from actors.logs import default_logging
 from actors.memory import TRIM_EVERY, TrimSchedule, memory_report
 from actors.registry import AgentRegistry
 from actors.schedules import MCP_RESTART
 from actors.subagents import SubAgents
+from actors.turn_watches import TurnWatches
 from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import Command
 from orchestrator.core.errors import UsageError
@@ -149,8 +150,8 @@ class SessionHost:
         self.adopted: set[str] = set()
         """Dedicated placement: the session(s) the supervisor gave this host."""
         self._tasks: set[asyncio.Future[Any]] = set()
-        self._turn_watches: dict[tuple[str, str], asyncio.Future[None]] = {}
-        """Turns clients wait on through their pollers: (poller, input id) -> the waiting task."""
+        self.turn_watches = TurnWatches(self.hosted.get, self.activate, self.hub.settle, TURN_WAIT_LIMIT)
+        """Turns clients wait on through their pollers (``actors.turn_watches``)."""
         self._closing = False
         self.batches = 0
         """``calls`` batches received, and the calls in them (``stats``)."""
@@ -210,7 +211,7 @@ class SessionHost:
         return {
             "active": len(self.hosted),
             "deactivating": len(self._tasks),
-            "turn_watches": len(self._turn_watches),
+            "turn_watches": len(self.turn_watches),
             **self.hub.stats(),
         }
 
@@ -498,28 +499,11 @@ class SessionHost:
         index_of = {sid: hosted[sid].runner.log.index for sid in changes if sid in hosted}
         if waits and (full or self.hub.knows(poller)):
             for input_id, (session_id, agent_key) in waits.items():
-                self._watch_turn(poller, input_id, session_id, agent_key)
+                self.turn_watches.add(poller, input_id, session_id, agent_key)
         reply = await self.hub.poll(poller, changes, removed, timeout, index_of, full=full)
         if reply is None:
             return None
         return reply, self.hub.take_outcomes(poller)
-
-    def _watch_turn(self, poller: str, input_id: str, session_id: str, agent_key: str) -> None:
-        """Settle how ``input_id``'s turn ends into ``poller`` (once per poller and input)."""
-        key = (poller, input_id)
-        if key in self._turn_watches:
-            return
-
-        async def watch() -> None:
-            try:
-                outcome: Any = await self.wait_input(session_id, agent_key, input_id, TURN_WAIT_LIMIT)
-            except Exception as error:  # e.g. the session moved: the client asks its host directly
-                outcome = WaitFailed(f"{type(error).__name__}: {error}")
-            finally:
-                self._turn_watches.pop(key, None)
-            self.hub.settle(poller, input_id, outcome)
-
-        self._turn_watches[key] = asyncio.ensure_future(watch())
 
     async def wake_poll(self, poller: str) -> None:
         """End ``poller``'s waiting poll now (its client has new subscriptions)."""
@@ -566,7 +550,8 @@ class SessionHost:
         """Close every session (used when a runtime that owns this host exits)."""
         self._closing = self.directory.closing = True  # the supervisor is going away too: tell it nothing more
         self.trim.cancel()
-        for task in [self._boot, *self._tasks, *self._turn_watches.values()]:
+        self.turn_watches.close()
+        for task in [self._boot, *self._tasks]:
             if task is not None and not task.done():
                 task.cancel()
         for session_id in list(self.hosted):

@@ -4,12 +4,17 @@
 the runner's listeners), so it knows the turns this process ran; an input it has never seen (the
 session ran it in another process before it was activated here) is found by rebuilding a ledger
 from the log and merging it in (``merge``), a rare and slow path.
+
+It also keeps the callbacks waiting on inputs' turns (``watch``, ``SessionRunner.watch_input``):
+the runner settles them after each write (``settle``), and fails them when it closes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import cast
+
+import structlog
 
 from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
@@ -20,7 +25,12 @@ from orchestrator.core.payloads import TurnFinished
 from orchestrator.core.turn import TurnOutcome, TurnOutcomeKind
 from orchestrator.run.log import Applied, SessionLog
 
-__all__ = ["TurnLedger"]
+__all__ = ["TurnLedger", "Watcher"]
+
+_log = structlog.get_logger("troupe.ledger")
+
+Watcher = Callable[[TurnOutcome | None], None]
+"""Called once with how an input's turn ended, or with ``None`` when the runner closed first."""
 
 
 class TurnLedger:
@@ -35,6 +45,8 @@ class TurnLedger:
         self.reasons: dict[str, str] = {}
         """Turn id -> the reason its ``ai.turn.finished`` gave, until the turn's outcome is made."""
         self.last_turn = state.last_turn
+        self.watchers: list[tuple[str, Watcher]] = []
+        """(input id, callback): who waits on an input's turn (``watch``)."""
         if state.active is not None:
             self.reply_of[state.active.id] = state.active.message_id
             for input_id in state.active.input:
@@ -81,6 +93,39 @@ class TurnLedger:
         if turn is None:
             return TurnOutcome("", "removed", "", "The input was removed before it was admitted.")
         return self.outcomes[turn]
+
+    def watch(self, input_id: str, done: Watcher) -> Callable[[], None]:
+        """Call ``done`` at the ``settle`` that finds ``input_id``'s turn ended; returns the cancel."""
+        entry = (input_id, done)
+        self.watchers.append(entry)
+
+        def cancel() -> None:
+            if entry in self.watchers:
+                self.watchers.remove(entry)
+
+        return cancel
+
+    def settle(self, state: AIState) -> None:
+        """Call (and drop) the watchers whose input's turn has ended in ``state``."""
+        ended = [entry for entry in self.watchers if self.input_done(entry[0], state)]
+        if not ended:
+            return
+        self.watchers = [entry for entry in self.watchers if entry not in ended]
+        for input_id, done in ended:
+            self._call(done, self.input_outcome(input_id))
+
+    def fail(self) -> None:
+        """The runner closed: every watcher hears ``None`` (ask wherever the session is now)."""
+        watchers, self.watchers = self.watchers, []
+        for _, done in watchers:
+            self._call(done, None)
+
+    @staticmethod
+    def _call(done: Watcher, outcome: TurnOutcome | None) -> None:
+        try:
+            done(outcome)
+        except Exception:  # a watcher's bug must not fail the write that settled it
+            _log.exception("turn watcher failed")
 
     async def listen(self, applied: Sequence[Applied], state: AIState, index: int) -> None:
         """A runner listener: note the turns started, the inputs submitted and the turn ended."""

@@ -40,7 +40,7 @@ from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
 from orchestrator.run.handlers import Handlers
-from orchestrator.run.ledger import TurnLedger
+from orchestrator.run.ledger import TurnLedger, Watcher
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.nested import NestedInbox, respond_nested
 from orchestrator.run.pacing import StreamPacer
@@ -310,6 +310,8 @@ class SessionRunner:
                 for listener in list(self.listeners):
                     await listener(applied, state, index)
                 self._reconcile()
+                if self._ledger.watchers:
+                    self._ledger.settle(state)
                 if self._waiters:
                     self._changed.pulse()
         for start in starts:
@@ -481,6 +483,28 @@ class SessionRunner:
         await self.wait_for(lambda state: ledger.input_done(input_id, state), timeout)
         return ledger.input_outcome(input_id)
 
+    def knows_input(self, input_id: str) -> bool:
+        """Whether this process has seen input ``input_id`` (``watch_input`` takes only those)."""
+        return self._ledger.knows(input_id, self.log.state)
+
+    def watch_input(self, input_id: str, done: Watcher) -> Callable[[], None]:
+        """Call ``done`` once the turn that admits ``input_id`` has ended, with how (``wait_input``'s answer).
+
+        The callback form of ``wait_input``, for a host that waits on many turns for its clients:
+        no task, and nothing runs on the writes before the turn ends. ``done`` gets ``None`` when
+        the runner closes first. Takes inputs that ``knows_input`` (``turn_of`` reads the log for
+        another); one whose turn has ended already is answered at the loop's next turn. Returns a
+        function that cancels the watch.
+        """
+        if not self.knows_input(input_id):
+            raise UsageError(f"watch_input: input {input_id!r} is not known here; look it up with turn_of first")
+        if self._closed:
+            return asyncio.get_running_loop().call_soon(done, None).cancel
+        ledger = self._ledger
+        if ledger.input_done(input_id, self.log.state):
+            return asyncio.get_running_loop().call_soon(done, ledger.input_outcome(input_id)).cancel
+        return ledger.watch(input_id, done)
+
     def idle_now(self) -> bool:
         """Whether nothing runs and the planner has nothing to start."""
         return not self._busy_now() and next_effect(self.log.state, self.limits) is None
@@ -509,6 +533,7 @@ class SessionRunner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self._handlers.close()
+        self._ledger.fail()
         self.listeners.clear()  # a host's listener holds the session it serves: no cycle once closed
 
     # -- sub-agents --------------------------------------------------------------------------------

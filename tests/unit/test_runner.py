@@ -14,7 +14,7 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.approvals import pending_approvals
 from orchestrator.core.commands import PauseSession, Respond, ResumeSession, RetryTurn, SendInput, StopTurn
-from orchestrator.core.errors import ModelError, ToolError
+from orchestrator.core.errors import ModelError, ToolError, UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.fold import DENIED, INTERRUPTED, fold_events
 from orchestrator.core.parts import AgentMessage, CompactionPart, NestedRun, ToolPart
@@ -124,6 +124,49 @@ async def test_wait_for_returns_the_state_that_holds_or_times_out_and_forgets_th
     assert state.turns == 1 and state.messages[-1].text == "hi"
     assert runner._waiters == 0
     assert (await runner.wait_for(lambda s: s.turns == 1, 0)).turns == 1  # holds already: no wait at all
+
+
+async def test_watch_input_calls_back_once_when_the_turn_ends_and_not_before(sessions: LocalSessions) -> None:
+    model = GatedModel("first ", "second")
+    runner = await sessions.open("s-1", Agent("a", "x", model, settings={}))
+    with pytest.raises(UsageError, match="turn_of"):
+        runner.watch_input("u-1", print)  # not sent yet: unknown here
+    await runner.submit(SendInput("u-1", "go"))
+    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    heard: list[Any] = []
+    cancelled: list[Any] = []
+    runner.watch_input("u-1", heard.append)
+    runner.watch_input("u-1", cancelled.append)()  # cancelled at once: never called
+    await asyncio.sleep(0.05)
+    assert heard == [] and runner._waiters == 0  # nothing waits as a task, nothing woken per write
+    model.gate.open.set()
+    await runner.wait_input("u-1", timeout=TIMEOUT)
+    assert [(o.outcome, o.text) for o in heard] == [("completed", "first second")]
+    assert cancelled == [] and runner._ledger.watchers == []
+    late: list[Any] = []
+    runner.watch_input("u-1", late.append)  # ended already: answered at the loop's next turn
+    assert late == []
+    await asyncio.sleep(0)
+    assert [o.outcome for o in late] == ["completed"]
+
+
+async def test_watch_input_hears_none_when_the_runner_closes_first(sessions: LocalSessions) -> None:
+    model = GatedModel("first ", "second")
+    runner = await sessions.open("s-1", Agent("a", "x", model, settings={}))
+    await runner.submit(SendInput("u-1", "go"))
+    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    heard: list[Any] = []
+
+    def broken(outcome: Any) -> None:
+        raise RuntimeError("a watcher's bug")
+
+    runner.watch_input("u-1", broken)  # fails when called: logged, and the others still hear
+    runner.watch_input("u-1", heard.append)
+    await runner.close()
+    assert heard == [None]
+    runner.watch_input("u-1", heard.append)  # closed already: None at the loop's next turn
+    await asyncio.sleep(0)
+    assert heard == [None, None]
 
 
 async def test_the_model_is_sent_instructions_tools_and_the_tool_result(sessions: LocalSessions) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 from actors.hub import MutationHub, WaitFailed
 from actors.local import LocalRuntime
+from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
+from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
 from orchestrator.testing import Gate, ScriptedModel, eventually
 
@@ -57,50 +60,90 @@ async def test_a_late_waiter_still_learns_how_the_turn_ended(rt: LocalRuntime) -
     assert (result.outcome, result.text) == ("completed", "Done.")
 
 
+class HeldModel:
+    """Says "Held.", after waiting at ``gate`` on its first request only (a recovered turn runs through)."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        self.gate = Gate()
+        self.requests = 0
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        self.requests += 1
+        if self.requests == 1:
+            await self.gate.wait()
+        yield TextDelta("Held.")
+        yield StepFinish(None, "stop")
+
+
+async def held_turn(rt: LocalRuntime, session_id: str) -> tuple[HeldModel, asyncio.Task[Any]]:
+    """A turn that runs until the test opens its model's gate, and a client waiting on it through the polls."""
+    assert rt.host is not None
+    model = HeldModel()
+    session = rt.session(session_id, agent=Agent("held", "x", model))
+    waiting = (await session.prompt("hi")).finished
+    await model.gate.reached(TIMEOUT)
+    await eventually(lambda: rt.host is not None and rt.host.held()["turn_watches"] == 1, TIMEOUT, what="a watch")
+    return model, waiting
+
+
+async def test_a_waited_turn_keeps_its_session_active_and_costs_no_task(rt: LocalRuntime) -> None:
+    assert rt.host is not None
+    host = rt.host
+    model, waiting = await held_turn(rt, "kept")
+    hosted = host.hosted["kept"]
+    assert hosted.busy == 1  # the idle timer leaves the session in memory while a client waits on it
+    assert hosted.runner._waiters == 0  # a callback on the ledger: nothing woken by each write
+    assert await host.deactivate_idle() == 0
+    model.gate.open()
+    result = await asyncio.wait_for(waiting, TIMEOUT)
+    assert (result.outcome, result.text) == ("completed", "Held.")
+    assert hosted.busy == 0 and host.held()["turn_watches"] == 0
+
+
 async def test_a_host_that_forgot_the_poller_gets_the_waits_again(rt: LocalRuntime) -> None:
     assert rt.host is not None
     host = rt.host
-    gate = Gate()
-    release = host.wait_input
-
-    async def held(*args: Any) -> Any:
-        await gate.wait()
-        return await release(*args)
-
-    host.wait_input = held  # type: ignore[method-assign,assignment]
-    session = rt.session("forgot", agent=agent())
-    turn = await session.prompt("hi")
-    waiting = turn.finished
-    await gate.reached(TIMEOUT)  # the host waits on the turn for the poller
+    model, waiting = await held_turn(rt, "forgot")
     # As after a restart: the host knows neither the poller nor its waits. The next poll is
     # answered "unknown", and the client registers everything again, waits included.
-    for task in host._turn_watches.values():
-        task.cancel()
+    host.turn_watches.close()
+    assert host.hosted["forgot"].busy == 0
     poller = next(iter(rt._pollers.values()))
     forgotten = host.hub._pollers.pop(poller.id)
-    gate.open()
     forgotten.event.set()  # the poll waiting on it returns; the next one is not recognised
+    await eventually(lambda: host.held()["turn_watches"] == 1, TIMEOUT, what="the wait registered again")
+    model.gate.open()
     result = await asyncio.wait_for(waiting, TIMEOUT)
-    assert result.success and result.text == "Done."
+    assert result.success and result.text == "Held."
 
 
 async def test_a_wait_the_host_cannot_serve_falls_back_to_asking_it_directly(rt: LocalRuntime) -> None:
     assert rt.host is not None
     host = rt.host
     calls = record_calls(rt)
-    direct = host.wait_input
-    failed: list[str] = []
+    model, waiting = await held_turn(rt, "closed")
+    # The session leaves this host's memory under the watch (as when it moves): the watch
+    # settles "ask again", and the client asks the host directly, which recovers the turn.
+    assert await host.deactivate("closed")
+    result = await asyncio.wait_for(waiting, TIMEOUT)
+    assert result.success and result.text == "Held." and model.requests == 2
+    assert calls.count("wait_input") == 1
+    assert host.held()["turn_watches"] == 0
 
-    async def refuse_once(session_id: str, agent_key: str, input_id: str, timeout: float) -> Any:
-        if not failed:
-            failed.append(input_id)
-            raise RuntimeError("this host cannot wait on it")
-        return await direct(session_id, agent_key, input_id, timeout)
 
-    host.wait_input = refuse_once  # type: ignore[method-assign]
-    session = rt.session("moved", agent=agent())
-    result = await asyncio.wait_for((await session.prompt("hi")).finished, TIMEOUT)
-    assert result.success and failed and calls.count("wait_input") == 1
+async def test_a_wait_on_a_session_not_active_here_activates_it_and_reads_its_log(rt: LocalRuntime) -> None:
+    assert rt.host is not None
+    host = rt.host
+    calls = record_calls(rt)
+    session = rt.session("asleep", agent=agent())
+    turn = await session.prompt("hi")
+    await host.hosted["asleep"].runner.wait_for(lambda s: s.last_turn is not None, TIMEOUT)
+    assert await host.deactivate("asleep")
+    result = await asyncio.wait_for(turn.finished, TIMEOUT)  # waited on only now
+    assert (result.outcome, result.text) == ("completed", "Done.")
+    assert "wait_input" not in calls and "asleep" in host.hosted
 
 
 async def test_a_settled_outcome_ends_a_waiting_poll_and_is_sent_once() -> None:

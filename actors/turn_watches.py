@@ -3,9 +3,10 @@
 A client sends the turns it waits on with its polls (``SessionHost.poll``'s ``waits``). The host
 watches each one and settles its outcome into the poller once the turn ends; the poller's next
 reply carries it. A watch is a callback on the session's turn ledger
-(``SessionRunner.watch_input``) and one timer: no task, and nothing runs on the writes before the
-turn ends. (Each was a task awaiting ``wait_input``, five coroutines deep and woken after every
-write of its session: about 500 per host at ``troupe bench shop --sizes 1000``.)
+(``SessionRunner.watch_input``): no task, no timer of its own (one timer ends the watches that run
+past the limit), and nothing runs on the writes before the turn ends. (Each was a task awaiting
+``wait_input``, five coroutines deep and woken after every write of its session: about 500 per
+host at ``troupe bench shop --sizes 1000``.)
 
 Only a session that is not active here, or an input this process has not seen, takes a task: it
 activates the session or reads the log (``SessionRunner.turn_of``), then watches as above.
@@ -32,25 +33,24 @@ class Watched(Protocol):
 
 
 class _Watch:
-    __slots__ = ("hosted", "setup", "timer", "unwatch")
+    __slots__ = ("hosted", "setup", "since", "unwatch")
 
-    def __init__(self) -> None:
+    def __init__(self, since: float) -> None:
+        self.since = since
+        """When the watch began (the loop's clock)."""
         self.hosted: Watched | None = None
         self.setup: asyncio.Future[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
         self.unwatch: Callable[[], None] | None = None
 
     def release(self) -> None:
-        """Drop everything the watch holds: its setup, its timer, its callback, its hold on the session."""
+        """Drop everything the watch holds: its setup, its callback, its hold on the session."""
         if self.setup is not None and not self.setup.done():
             self.setup.cancel()
-        if self.timer is not None:
-            self.timer.cancel()
         if self.unwatch is not None:
             self.unwatch()
         if self.hosted is not None:
             self.hosted.busy -= 1  # a waited turn keeps its session active; no longer
-        self.hosted = self.setup = self.timer = self.unwatch = None
+        self.hosted = self.setup = self.unwatch = None
 
 
 class TurnWatches:
@@ -77,6 +77,8 @@ class TurnWatches:
         self._settle = settle
         self._limit = limit
         self._watches: dict[tuple[str, str], _Watch] = {}
+        self._expiry: asyncio.TimerHandle | None = None
+        """One timer for every watch: it ends those past ``limit`` (a timer each costs ~0.5 KB)."""
 
     def __len__(self) -> int:
         return len(self._watches)
@@ -86,7 +88,10 @@ class TurnWatches:
         key = (poller, input_id)
         if key in self._watches:
             return
-        watch = self._watches[key] = _Watch()
+        loop = asyncio.get_running_loop()
+        watch = self._watches[key] = _Watch(loop.time())
+        if self._expiry is None:
+            self._expiry = loop.call_later(self._limit, self._expire)
         hosted = self._find(session_id)
         if hosted is not None and hosted.runner.knows_input(input_id):
             self._start(key, watch, hosted)
@@ -107,9 +112,6 @@ class TurnWatches:
     def _start(self, key: tuple[str, str], watch: _Watch, hosted: Watched) -> None:
         hosted.busy += 1
         watch.hosted = hosted
-        watch.timer = asyncio.get_running_loop().call_later(
-            self._limit, self._end, key, watch, WaitFailed(f"TimeoutError: the turn ran past {self._limit:g} s")
-        )
 
         def done(outcome: TurnOutcome | None) -> None:
             watch.unwatch = None  # the ledger has dropped it already
@@ -124,8 +126,22 @@ class TurnWatches:
         watch.release()
         self._settle(key[0], key[1], outcome)
 
+    def _expire(self) -> None:
+        """End the watches past the limit (``WaitFailed``: the client asks again), and wait for the next."""
+        self._expiry = None
+        now = asyncio.get_running_loop().time()
+        for key, watch in list(self._watches.items()):
+            if now - watch.since >= self._limit:
+                self._end(key, watch, WaitFailed(f"TimeoutError: the turn ran past {self._limit:g} s"))
+        if self._watches:
+            first = min(watch.since for watch in self._watches.values())
+            self._expiry = asyncio.get_running_loop().call_at(first + self._limit, self._expire)
+
     def close(self) -> None:
         """Drop every watch, settling nothing (the host is shutting down, or forgot its pollers)."""
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
         watches, self._watches = self._watches, {}
         for watch in watches.values():
             watch.release()

@@ -133,6 +133,23 @@ async def test_a_wait_the_host_cannot_serve_falls_back_to_asking_it_directly(rt:
     assert host.held()["turn_watches"] == 0
 
 
+async def test_a_watch_past_its_limit_ends_and_the_client_asks_the_host_directly(rt: LocalRuntime) -> None:
+    assert rt.host is not None
+    host = rt.host
+    host.turn_watches._limit = 0.2
+    calls = record_calls(rt)
+    model = HeldModel()
+    session = rt.session("long", agent=Agent("held", "x", model))
+    waiting = (await session.prompt("hi")).finished
+    await model.gate.reached(TIMEOUT)
+    await eventually(lambda: calls.count("wait_input") == 1, TIMEOUT, what="the watch expired; the client asked")
+    assert host.held()["turn_watches"] == 0 and host.turn_watches._expiry is None
+    assert host.hosted["long"].busy == 1  # the client's own wait now keeps the session active
+    model.gate.open()
+    result = await asyncio.wait_for(waiting, TIMEOUT)
+    assert (result.outcome, result.text) == ("completed", "Held.")
+
+
 async def test_a_wait_on_a_session_not_active_here_activates_it_and_reads_its_log(rt: LocalRuntime) -> None:
     assert rt.host is not None
     host = rt.host

@@ -37,7 +37,6 @@ class TurnLedger:
     """Which turn admitted each input, and how each turn ended (what ``Turn.finished`` reads)."""
 
     def __init__(self, state: AIState) -> None:
-        self.start = state
         self.turn_of: dict[str, str] = {}
         self.outcomes: dict[str, TurnOutcome] = {}
         self.submitted: set[str] = set()
@@ -56,8 +55,8 @@ class TurnLedger:
     async def from_log(cls, log: SessionLog, contract: Contract | None) -> TurnLedger:
         """A ledger rebuilt from the whole log (a rare, slow path)."""
         events = await log.store.read(log.session_id, limit=log.index)
-        rebuilt = cls(initial_state(contract))
-        state = rebuilt.start
+        state = initial_state(contract)
+        rebuilt = cls(state)
         for event in events:
             applied = log.fold([event], state)
             state = applied[-1].state

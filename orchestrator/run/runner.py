@@ -345,7 +345,9 @@ class SessionRunner:
     async def _cancel_work(self, reason: str) -> None:
         """Stop the work in flight for a pause now (``paused``) or a retry (``superseded``)."""
         step, tools = self._steps.current, list(self._calls.running.values())
-        for work in [step, *tools]:
+        # A call that has queued its outcome is left to write it (as ``ToolCalls.reconcile``
+        # leaves it): it is awaited with the rest, and ``stopped`` then finds it ended.
+        for work in [step, *(t for t in tools if not t.settling)]:
             if work is not None and not work.task.done():
                 work.signal.cancel(reason)
                 work.task.cancel()

@@ -26,7 +26,7 @@ from orchestrator.run.inprocess import LocalChildren, LocalSessions
 from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
-from orchestrator.testing import FunctionModel, ScriptedModel
+from orchestrator.testing import FunctionModel, ScriptedModel, eventually
 from tests.fixtures.agents import Counter, approving_tree, cart_tool
 from tools import Recovery, StaticTools, Tool, ToolContext, tool
 
@@ -284,6 +284,68 @@ async def test_a_stop_reaches_the_sub_agent_of_a_running_delegate(sessions: Loca
     state = await child.wait_for(lambda s: s.active is None, TIMEOUT)
     assert state.last_turn is not None and state.last_turn[1] == "stopped"
     assert len(model.requests) == 1
+
+
+async def test_a_pause_now_while_a_finished_delegate_s_result_waits_to_be_written_leaves_it_done(
+    sessions: LocalSessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause lands after the delegate queued its outcome, before that outcome is durable.
+
+    The child has ended its turn, so the pause has nothing to cut: the child gets no pause, and
+    the call is not reset (that reset would follow the outcome, and the fold would ignore it).
+    """
+    pauses: list[str] = []
+    pause = sessions.children.pause
+
+    async def counted(child_id: str, when: str) -> None:
+        pauses.append(child_id)
+        await pause(child_id, when)
+
+    monkeypatch.setattr(sessions.children, "pause", counted)
+    model = GatedModel("looking ", "found")
+    researcher = Agent("researcher", "Research.", model)
+    script = ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "look"}}], [{"text": "ok"}]])
+    runner = await sessions.open("s-1", Agent("shop", "Shop.", script, agents=[researcher]))
+    await runner.submit(SendInput("u-1", "go"))
+    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await eventually(lambda: not runner._draining, TIMEOUT, what="the parent's writes are done")
+    # The parent's writes from here: an app event's (held, so the write lock stays taken while
+    # the outcome queues), the pause's (goes through), the outcome's (held while the pause acts).
+    commit, holds = runner.log.commit, [Gate(), None, Gate()]
+    calls: list[int] = []
+
+    async def held_commit(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(calls))
+        gate = holds[len(calls) - 1] if len(calls) <= len(holds) else None
+        if gate is not None:
+            await gate.wait()
+        return await commit(*args, **kwargs)
+
+    monkeypatch.setattr(runner.log, "commit", held_commit)
+    pushing = asyncio.ensure_future(runner.push([Event("note-1", "app.note", {})]))
+    first, outcome = holds[0], holds[2]
+    assert first is not None and outcome is not None
+    await asyncio.wait_for(first.reached.wait(), TIMEOUT)
+    model.gate.open.set()  # the child ends its turn; the delegate queues its outcome
+    work = runner._calls.running[call(runner.state, "delegate_to_researcher").id]
+    await eventually(lambda: work.settling, TIMEOUT, what="the delegate's outcome is queued")
+    pausing = asyncio.ensure_future(runner.submit(PauseSession("p-1", "now")))
+    await eventually(lambda: bool(runner._lock._waiters), TIMEOUT, what="the pause waits for the lock")
+    first.open.set()  # the pause takes the lock before the queued outcome is written
+    await asyncio.wait_for(asyncio.gather(pushing, pausing), TIMEOUT)
+    await asyncio.wait_for(outcome.reached.wait(), TIMEOUT)
+    # Everything else that is ready runs now (all in this loop, on a memory store): the pause
+    # cancels the session's work while the outcome is not yet durable.
+    await asyncio.sleep(0.05)
+    outcome.open.set()
+    await eventually(
+        lambda: not runner._cancelling and runner.state.tools[work.call_id].final, TIMEOUT, what="the pause is done"
+    )
+    await runner.idle(TIMEOUT)
+    assert call(runner.state, "delegate_to_researcher").state == "done"
+    events = await runner.log.store.read("s-1")
+    assert [e.type for e in events if e.type in (ai.TOOL_RESET, ai.TOOL_FAILED, ai.TOOL_FINISHED)] == [ai.TOOL_FINISHED]
+    assert pauses == []
 
 
 class LateChildren(LocalChildren):

@@ -269,13 +269,19 @@ async def test_a_delegate_that_finished_sends_its_child_no_stop(
     assert stops == []  # both children had ended their turns: a stop would be a wasted command
 
 
-async def test_a_stop_reaches_the_sub_agent_of_a_running_delegate(sessions: LocalSessions) -> None:
+async def delegating_to_a_held_child(sessions: LocalSessions, then: str) -> tuple[SessionRunner, GatedModel]:
+    """A session whose delegate call runs a child held at its model's gate; the parent then says ``then``."""
     model = GatedModel("looking ", "found")
     researcher = Agent("researcher", "Research.", model)
-    script = ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "look"}}], [{"text": "never"}]])
+    script = ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "look"}}], [{"text": then}]])
     runner = await sessions.open("s-1", Agent("shop", "Shop.", script, agents=[researcher]))
     await runner.submit(SendInput("u-1", "go"))
     await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    return runner, model
+
+
+async def test_a_stop_reaches_the_sub_agent_of_a_running_delegate(sessions: LocalSessions) -> None:
+    runner, model = await delegating_to_a_held_child(sessions, "never")
     await runner.submit(StopTurn("x-1"))
     assert (await runner.wait_input("u-1", timeout=TIMEOUT)).outcome == "stopped"
     research = call(runner.state, "delegate_to_researcher")
@@ -302,12 +308,7 @@ async def test_a_pause_now_while_a_finished_delegate_s_result_waits_to_be_writte
         await pause(child_id, when)
 
     monkeypatch.setattr(sessions.children, "pause", counted)
-    model = GatedModel("looking ", "found")
-    researcher = Agent("researcher", "Research.", model)
-    script = ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "look"}}], [{"text": "ok"}]])
-    runner = await sessions.open("s-1", Agent("shop", "Shop.", script, agents=[researcher]))
-    await runner.submit(SendInput("u-1", "go"))
-    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    runner, model = await delegating_to_a_held_child(sessions, "ok")
     await eventually(lambda: not runner._draining, TIMEOUT, what="the parent's writes are done")
     # The parent's writes from here: an app event's (held, so the write lock stays taken while
     # the outcome queues), the pause's (goes through), the outcome's (held while the pause acts).

@@ -102,22 +102,21 @@ class TurnWatches:
         try:
             hosted = await self._activate(session_id, agent_key)
             await hosted.runner.turn_of(key[1])  # reads the log for an input this process has not seen
+            if self._watches.get(key) is watch:
+                watch.setup = None
+                self._start(key, watch, hosted)  # an input the log does not hold either: UsageError
         except Exception as error:  # e.g. the session moved: the client asks its host directly
+            watch.setup = None  # this task: it ends here, it is not cancelled
             self._end(key, watch, WaitFailed(f"{type(error).__name__}: {error}"))
-            return
-        if self._watches.get(key) is watch:
-            watch.setup = None
-            self._start(key, watch, hosted)
 
     def _start(self, key: tuple[str, str], watch: _Watch, hosted: Watched) -> None:
-        hosted.busy += 1
-        watch.hosted = hosted
-
         def done(outcome: TurnOutcome | None) -> None:
             watch.unwatch = None  # the ledger has dropped it already
             self._end(key, watch, outcome if outcome is not None else WaitFailed("the session closed on this host"))
 
-        watch.unwatch = hosted.runner.watch_input(key[1], done)
+        watch.unwatch = hosted.runner.watch_input(key[1], done)  # calls ``done`` later, never from here
+        hosted.busy += 1
+        watch.hosted = hosted
 
     def _end(self, key: tuple[str, str], watch: _Watch, outcome: Any) -> None:
         if self._watches.get(key) is not watch:

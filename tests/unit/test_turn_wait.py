@@ -163,6 +163,19 @@ async def test_a_wait_on_a_session_not_active_here_activates_it_and_reads_its_lo
     assert "wait_input" not in calls and "asleep" in host.hosted
 
 
+async def test_a_wait_on_an_input_the_session_never_had_settles_ask_again(rt: LocalRuntime) -> None:
+    assert rt.host is not None
+    host = rt.host
+    session = rt.session("known", agent=agent())
+    assert (await asyncio.wait_for((await session.prompt("hi")).finished, TIMEOUT)).success
+    assert await host.hub.poll("p-1", {}, [], 0, {}, full=True) == {}
+    host.turn_watches.add("p-1", "no-such-input", "known", session.agent_key)  # not here, not in the log
+    await eventually(lambda: host.held()["turn_watches"] == 0, TIMEOUT, what="the watch ended")
+    (outcome,) = host.hub.take_outcomes("p-1").values()
+    assert isinstance(outcome, WaitFailed) and "no-such-input" in outcome.reason
+    assert host.hosted["known"].busy == 0  # the session is not held for a turn that will not come
+
+
 async def test_a_settled_outcome_ends_a_waiting_poll_and_is_sent_once() -> None:
     hub = MutationHub(linger=0)
     assert await hub.poll("p", {}, [], 0, {}, full=True) == {}

@@ -99,15 +99,22 @@ class TurnWatches:
             watch.setup = asyncio.ensure_future(self._set_up(key, watch, session_id, agent_key))
 
     async def _set_up(self, key: tuple[str, str], watch: _Watch, session_id: str, agent_key: str) -> None:
+        input_id = key[1]
         try:
             hosted = await self._activate(session_id, agent_key)
-            await hosted.runner.turn_of(key[1])  # reads the log for an input this process has not seen
-            if self._watches.get(key) is watch:
-                watch.setup = None
-                self._start(key, watch, hosted)  # an input the log does not hold either: UsageError
+            await hosted.runner.turn_of(input_id)  # reads the log for an input this process has not seen
         except Exception as error:  # e.g. the session moved: the client asks its host directly
             watch.setup = None  # this task: it ends here, it is not cancelled
             self._end(key, watch, WaitFailed(f"{type(error).__name__}: {error}"))
+            return
+        watch.setup = None
+        if self._watches.get(key) is not watch:
+            return  # ended meanwhile (closed, or past the limit)
+        if not hosted.runner.knows_input(input_id):
+            # Neither this process nor the log has it: nothing here will end it (the client asks again).
+            self._end(key, watch, WaitFailed(f"input {input_id!r} is not in session {session_id!r}'s log"))
+            return
+        self._start(key, watch, hosted)
 
     def _start(self, key: tuple[str, str], watch: _Watch, hosted: Watched) -> None:
         def done(outcome: TurnOutcome | None) -> None:

@@ -420,6 +420,9 @@ class Subscription:
             if batch is None:
                 return
             yield batch
+            # Not held while the next one is awaited: a session's last batch (a turn's end is a
+            # few KB) would stay in memory as long as its subscription waits, for every session.
+            del batch
 
     def __aiter__(self) -> AsyncIterator[Mutation]:
         return self._iterate()

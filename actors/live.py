@@ -223,24 +223,29 @@ class LiveView(Generic[SessionT, TurnT]):
         assert self._subscription is not None
         try:
             async for batch in self._subscription.batches():
-                if any(m.type == "reset" for m in batch):
-                    await self._snapshot()
-                else:
-                    for mutation in batch:
-                        if self.view.apply(mutation):
-                            self._track(mutation)
-                self.index = max(self.index, self.view.index, getattr(batch, "cursor", -1))
-                self._shown = None
-                for listener in self.listeners:
-                    result = listener(batch)
-                    if asyncio.iscoroutine(result):
-                        await result
-                self.changed.set()
+                await self._take(batch)
+                del batch  # not held while the next one is awaited (``Subscription.batches``)
         finally:
             # A listener is usually a bound method of an object that holds this view (an HTTP
             # server's ``Followed``, the terminal chat): kept after the view stopped, the two would
             # be a reference cycle, freed only by the cyclic collector (``test_no_cycles``).
             self.listeners.clear()
+
+    async def _take(self, batch: list[Mutation]) -> None:
+        """Apply one batch, tell the listeners, and wake whoever waits on ``changed``."""
+        if any(m.type == "reset" for m in batch):
+            await self._snapshot()
+        else:
+            for mutation in batch:
+                if self.view.apply(mutation):
+                    self._track(mutation)
+        self.index = max(self.index, self.view.index, getattr(batch, "cursor", -1))
+        self._shown = None
+        for listener in self.listeners:
+            result = listener(batch)
+            if asyncio.iscoroutine(result):
+                await result
+        self.changed.set()
 
     def _track(self, mutation: Mutation) -> None:
         """Keep ``confirmed`` current past the conversation, and settle what the mutation confirms."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
 from actors.local import LocalRuntime
+from actors.mutation import Mutation
 from orchestrator.core.contract import Contract, Reducer
 from orchestrator.core.errors import UsageError
 from orchestrator.core.events import Event
@@ -190,3 +193,27 @@ async def test_a_view_subscribes_with_its_snapshot_in_one_call_once_the_poller_i
     assert none is None and await again.ready(TIMEOUT) >= result.index
     for sub in (subscription, follow, again):
         sub.close()
+
+
+async def test_a_view_keeps_no_batch_once_it_has_applied_it(rt: LocalRuntime) -> None:
+    # Held while the view waits for the next one, each session's last batch (a turn's end is a
+    # few KB) would stay in memory as long as the view is open: thousands of views, megabytes.
+    agent = Agent("batches", "x", ScriptedModel([[{"text": "hello there", "chunk": 2}]], per_turn=True))
+    session = rt.session("s-batches", agent=agent)
+    view = await session.live()
+    taken: list[weakref.ref[list[Mutation]]] = []
+
+    def take(batch: list[Mutation]) -> None:
+        taken.append(weakref.ref(batch))
+
+    view.listeners.append(take)
+    for prompt in ("hi", "again"):
+        result = await (await session.prompt(prompt)).finished
+        await view.wait_for(partial(reached, index=result.index), timeout=TIMEOUT)
+    assert view.state.messages[-1].text == "hello there"
+    assert len(taken) >= 2 and [ref() for ref in taken] == [None] * len(taken)
+    await view.close()
+
+
+def reached(view: Any, index: int) -> bool:
+    return bool(view.index >= index)

@@ -454,8 +454,17 @@ class Steps:
         return "".join(text).strip(), usage
 
 
+JOIN_TEXT = 32
+"""A text run in a step's buffer is joined once it holds this many deltas (see ``_StepStream``)."""
+
+
 class _StepStream:
-    """The running step's buffer: flushed on size, on a timer, and at the end of the step."""
+    """The running step's buffer: flushed on size, on a timer, and at the end of the step.
+
+    A run of text deltas to one message is kept as its strings, joined every ``JOIN_TEXT``: under
+    load a step buffers up to ``flush_parts`` parts between writes, and a 4-character delta kept as
+    a part is over 100 bytes (the part, its string, its slot). The log gets the same joined text.
+    """
 
     def __init__(self, runner: StepHost, step_id: str, clock: Clock) -> None:
         self.runner = runner
@@ -463,6 +472,12 @@ class _StepStream:
         self.clock = clock
         """Where the flush timer runs (the pacer's: the loop's, or a test's fake)."""
         self.parts: list[AgentStreamPart] = []
+        """What is buffered before the text run (``text``)."""
+        self.count = 0
+        """Parts buffered, each delta of the text run counted."""
+        self.text: list[str] | None = None
+        """The text deltas buffered last, all to one message (``text_to``), not yet made a part."""
+        self.text_to: str | None = None
         self.timer: Timer | None = None
         self.flushing: asyncio.Future[list[Applied]] | None = None
         self.interval = runner.flush_interval  # the first text goes out fast; later batches grow
@@ -470,7 +485,9 @@ class _StepStream:
         self.pacer.enter()
 
     def add(self, part: AgentStreamPart) -> None:
+        self._end_text()
         self.parts.append(part)
+        self.count += 1
 
     def put(self, part: AgentStreamPart) -> bool:
         """Buffer ``part``; ``True`` when the buffer is full and the step must ``flush`` it now.
@@ -478,9 +495,21 @@ class _StepStream:
         Not a coroutine: a part costs no coroutine of its own (one per model chunk), only the
         rare full buffer awaits its write.
         """
-        parts = self.parts
-        parts.append(part)
-        if len(parts) >= self.runner.flush_parts:
+        if type(part) is TextDelta:
+            text = self.text
+            if text is not None and part.message_id == self.text_to:
+                text.append(part.delta)
+                if len(text) >= JOIN_TEXT:
+                    self.text = ["".join(text)]
+            else:
+                self._end_text()
+                self.text = [part.delta]
+                self.text_to = part.message_id
+        else:
+            self._end_text()
+            self.parts.append(part)
+        self.count = count = self.count + 1
+        if count >= self.runner.flush_parts:
             return True
         if self.timer is None:
             self.timer = self.clock.call_later(self.interval, self._on_timer)
@@ -488,9 +517,16 @@ class _StepStream:
                 self.interval = self.pacer.interval(self.runner.flush_every)
         return False
 
+    def _end_text(self) -> None:
+        """Make the buffered text run one part (before another part, or when taken)."""
+        text = self.text
+        if text is not None:
+            self.parts.append(TextDelta(text[0] if len(text) == 1 else "".join(text), self.text_to))
+            self.text = None
+
     def _on_timer(self) -> None:
         self.timer = None
-        if self.parts and (self.flushing is None or self.flushing.done()):
+        if self.count and (self.flushing is None or self.flushing.done()):
             # Queued now, not from a task of its own: the batch joins the session's next write
             # without waiting a turn of the loop (``close`` awaits it before the step's last one).
             self.flushing = self.runner._queue_write(self._events())
@@ -501,7 +537,8 @@ class _StepStream:
         return [*events, *extra]
 
     def _take(self) -> tuple[AgentStreamPart, ...]:
-        parts, self.parts = self.parts, []
+        self._end_text()
+        parts, self.parts, self.count = self.parts, [], 0
         return tuple(coalesce(parts))  # typed: the fold applies them as they are; the store encodes once
 
     async def flush(self, extra: Sequence[Event] = ()) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from functools import partial
+from typing import Any
 
 import pytest
 
@@ -17,11 +18,13 @@ from actors.host import HostOptions
 from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import SendInput, StopTurn
-from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
+from orchestrator.core.payloads import Stream
+from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
 from orchestrator.run.pacing import DEFAULT_BUDGET, StreamPacer
 from orchestrator.run.runner import SessionRunner
+from orchestrator.run.steps import JOIN_TEXT, _StepStream
 from orchestrator.store import open_store
 from orchestrator.testing import eventually
 
@@ -218,5 +221,65 @@ async def test_a_stopped_step_gives_its_share_of_the_budget_back() -> None:
         assert outcome.outcome == "stopped"
         await eventually(lambda: pacer.streaming == 0, TIMEOUT, what="the budget given back")
         assert not [t for t in clock.timers if not t.cancelled]  # and no flush timer left behind
+    finally:
+        await runner.close()
+
+
+class PartsModel:
+    """Streams the parts it was given, all at once (the fake clock holds every flush until the end)."""
+
+    def __init__(self, parts: list[AgentStreamPart]) -> None:
+        self.parts = parts
+        self.streamed = asyncio.Event()
+
+    @property
+    def name(self) -> str:
+        return "parts"
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        for part in self.parts:
+            yield part
+        self.streamed.set()
+        await asyncio.sleep(3600)  # the step stays open: its buffer can be looked at
+        yield StepFinish(finish_reason="stop")
+
+
+def step_buffer(runner: SessionRunner) -> Any:
+    """The running step's buffer (a local of its task's coroutine)."""
+    step = runner._steps.current
+    assert step is not None
+    coro: Any = step.task.get_coro()
+    while coro is not None:
+        stream = coro.cr_frame.f_locals.get("stream") if coro.cr_frame is not None else None
+        if isinstance(stream, _StepStream):
+            return stream
+        coro = coro.cr_await
+    raise AssertionError("the running step has no buffer")
+
+
+async def test_a_step_keeps_the_text_it_buffers_as_a_few_joined_strings_and_writes_it_as_one_part() -> None:
+    clock = FakeClock()  # never advanced: nothing is written before the step is stopped
+    chunks = [f"t{i:03d}" for i in range(100)]
+    parts: list[AgentStreamPart] = [TextDelta(c) for c in chunks[:90]]
+    parts += [Reasoning("hm"), *(TextDelta(c) for c in chunks[90:])]
+    store = open_store("memory://")
+    model = PartsModel(parts)
+    runner = await SessionRunner.open(store, "s", Agent("a", "x", model), pacer=StreamPacer(budget=1000, clock=clock))
+    try:
+        await runner.submit(SendInput("u", "go"))
+        await asyncio.wait_for(model.streamed.wait(), TIMEOUT)
+        buffer = step_buffer(runner)
+        assert buffer.count == 101  # each delta counts towards flush_parts
+        # Not 90 parts of 4 characters (over 100 bytes each): the first run is one part already,
+        # and the run still open is at most JOIN_TEXT strings.
+        assert [type(p) for p in buffer.parts] == [TextDelta, Reasoning]
+        assert buffer.parts[0].delta == "".join(chunks[:90])
+        assert buffer.text is not None and len(buffer.text) <= JOIN_TEXT
+        assert "".join(buffer.text) == "".join(chunks[90:])
+        clock.advance(1.0)  # the flush timer fires: the buffer is written
+        await eventually(lambda: text(runner.state) == "".join(chunks), TIMEOUT, what="the buffer written")
+        written = [e.data.parts for e in await store.read("s") if isinstance(e.data, Stream)]
+        assert written == [(TextDelta("".join(chunks[:90])), Reasoning("hm"), TextDelta("".join(chunks[90:])))]
+        await runner.submit(StopTurn("stop-1"))
     finally:
         await runner.close()

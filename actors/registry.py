@@ -10,6 +10,7 @@ has none: its host runs the very agents its client was given (``put``), nothing 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Protocol
 
@@ -53,6 +54,8 @@ class AgentRegistry:
         self.store = store
         self.codec = codec
         self._cache: dict[str, Agent] = {}
+        self._loading: dict[str, asyncio.Task[Agent]] = {}
+        """Loads from the store in flight: the activations that ask meanwhile share one (and one ``Agent``)."""
 
     async def register(self, key: str, data: bytes) -> None:
         """Store an agent's bytes under ``key`` (idempotent)."""
@@ -71,16 +74,26 @@ class AgentRegistry:
         return key in self._cache
 
     async def get(self, key: str) -> Agent:
-        """The agent registered under ``key``."""
+        """The agent registered under ``key``.
+
+        A host that has not loaded it yet often gets many sessions of it at once (a new version
+        rolled out, a restart): they share one load, and so one ``Agent`` and its model and tools,
+        not one unpickled copy per session.
+        """
         agent = self._cache.get(key)
         if agent is not None:
             return agent
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = self._loading[key] = asyncio.ensure_future(self._load(key))
+            loading.add_done_callback(lambda _: self._loading.pop(key, None))
+        return await asyncio.shield(loading)  # a caller that gives up does not stop the others' load
+
+    async def _load(self, key: str) -> Agent:
         snapshot = None if self.codec is None else await self.store.load_snapshot(_SESSION, key)
         if snapshot is None:
             raise UsageError(f"no agent is registered as {key!r}; open the session with rt.session(id, agent=...)")
-        loaded = self._need_codec(key).loads(snapshot.data)
-        self._cache[key] = loaded
-        return loaded
+        return self._cache.setdefault(key, self._need_codec(key).loads(snapshot.data))
 
     def _need_codec(self, key: str) -> AgentCodec:
         if self.codec is None:

@@ -153,9 +153,8 @@ class SessionRunner:
         self._queue: list[tuple[Sequence[Event], asyncio.Future[list[Applied]]]] = []
         self._draining = False
         self._background: set[asyncio.Task[Any]] = set()
-        self._nested = NestedInbox(
-            lambda: me.log.state.tools, lambda: me._request_drain(), lambda: me._draining, nested_delay, self.pacer
-        )
+        self._nested: NestedInbox | None = None
+        """Sub-agents' batches held for the next write: made at the first (a sub-agent never has one)."""
         self._ledger = TurnLedger(log.state)
         self.listeners.append(self._ledger.listen)
 
@@ -217,13 +216,16 @@ class SessionRunner:
         A write plans too (``_commit_locked`` runs the planner over the state it makes), so a
         request to plan that arrives while events are queued costs no pass of its own.
         """
-        self._nested.cancel_timer()
+        if self._nested is not None:
+            self._nested.cancel_timer()
         try:
-            while self._queue or self._plan or self._nested.ready():
+            while self._queue or self._plan or (self._nested is not None and self._nested.ready()):
                 async with self._lock:
                     plan, self._plan = self._plan, False
                     items, self._queue = self._queue, []
-                    events = [*self._nested.take(), *(e for batch, _ in items for e in batch)]
+                    events = [e for batch, _ in items for e in batch]
+                    if self._nested is not None:
+                        events[:0] = self._nested.take()
                     try:
                         applied = await self._commit_locked(events) if events or plan else []
                     except BaseException as error:
@@ -547,4 +549,14 @@ class SessionRunner:
         applied yet is held until the gap fills (async Ray calls may arrive out of order). It
         returns at once: the sub-agent never waits for its parent's store.
         """
-        self._nested.deliver(batch)
+        nested = self._nested
+        if nested is None:
+            me = cast("SessionRunner", weakref.proxy(self))  # the inbox must not keep its runner alive
+            nested = self._nested = NestedInbox(
+                lambda: me.log.state.tools,
+                lambda: me._request_drain(),
+                lambda: me._draining,
+                self.nested_delay,
+                self.pacer,
+            )
+        nested.deliver(batch)

@@ -6,13 +6,22 @@ Folding that event is folding the batches one by one (the actions in order, then
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
+from actors.bench.shop import PROMPTS, shop_agent
+from actors.local import LocalRuntime
 from orchestrator.core.actions import ApplyPart, Send, SessionAction
 from orchestrator.core.aistate import ToolRecord
 from orchestrator.core.payloads import Nested
 from orchestrator.core.stream import MessageStart, TextDelta
 from orchestrator.core.wire import action_to_wire
+from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch
 from orchestrator.run.nested import NestedInbox
+from orchestrator.testing import ScriptedModel
+
+TIMEOUT = 30
 
 
 def _inbox(applied: int = 0) -> tuple[NestedInbox, dict[str, ToolRecord]]:
@@ -124,3 +133,20 @@ async def test_a_write_already_running_takes_the_first_visible_part_along() -> N
     inbox.deliver(_batch(4, 3, DELTAS[1]))
     assert pump.asked == 0 and _waiting(inbox)  # no leftover hurry: this one waits
     inbox.cancel_timer()
+
+
+async def test_only_a_session_that_delegates_has_an_inbox_and_only_from_its_first_child_batch(tmp_path: Path) -> None:
+    # An inbox is three closures and a few fields (~0.6 KB): a sub-agent never delegates, and at
+    # a thousand sessions with a sub-agent each that was a megabyte for nothing.
+    async with LocalRuntime(store=f"sqlite:///{tmp_path / 's.db'}") as rt:
+        shop = rt.session("shop-1", agent=shop_agent())
+        assert rt.host is not None
+        result = await asyncio.wait_for((await shop.prompt(PROMPTS[0])).finished, TIMEOUT)
+        assert result.success
+        runners = {sid: hosted.runner for sid, hosted in rt.host.hosted.items()}
+        assert runners["shop-1"]._nested is not None  # it took its researcher's batches
+        children = [runner for sid, runner in runners.items() if sid != "shop-1"]
+        assert children and all(runner._nested is None for runner in children)
+        plain = rt.session("plain-1", agent=Agent("plain", "x", ScriptedModel([[{"text": "hi"}]])))
+        assert (await asyncio.wait_for((await plain.prompt("hello")).finished, TIMEOUT)).success
+        assert rt.host.hosted["plain-1"].runner._nested is None

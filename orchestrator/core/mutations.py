@@ -107,14 +107,18 @@ def diff(before: AIState, after: AIState, index: int) -> list[Mutation]:
     # Identity first: most events leave these values as they were (the same objects), and a
     # dataclass's ``!=`` builds a tuple of every field on each side before it compares.
     turn_changed = _changed(before.active, after.active) or _changed(before.last_turn, after.last_turn)
+    info: dict[str, Any] | None = None
     if turn_changed:
-        out.append({"type": "turn", "turn": turn_of(after), "lastTurn": info_of(after)["lastTurn"]})
+        # The ``info`` that follows repeats the turn: both hold the same dicts (read-only, as
+        # every mutation is), so a poll reply pickles them once and its reader unpickles one copy.
+        info = info_of(after)
+        out.append({"type": "turn", "turn": info["turn"], "lastTurn": info["lastTurn"]})
     if before.interactions is not after.interactions:
         for key, interaction in after.interactions.items():
             if before.interactions.get(key) != interaction:
                 out.append({"type": "interaction", "interaction": interaction_to_wire(interaction)})
     if turn_changed or _changed(before.inbox, after.inbox) or before.indicator != after.indicator:
-        out.append({"type": "info", "info": info_of(after)})
+        out.append({"type": "info", "info": info if info is not None else info_of(after)})
     if before.app is not after.app and before.app != after.app:
         out.append({"type": "app", "app": dict(after.app)})
     if before.usage is not after.usage and _totals(before) != _totals(after):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import itertools
+import pickle
 import weakref
 from collections.abc import Mapping
 from functools import partial
@@ -217,3 +220,27 @@ async def test_a_view_keeps_no_batch_once_it_has_applied_it(rt: LocalRuntime) ->
 
 def reached(view: Any, index: int) -> bool:
     return bool(view.index >= index)
+
+
+async def test_a_turn_change_and_the_info_that_repeats_it_share_one_turn_on_the_wire(rt: LocalRuntime) -> None:
+    session = rt.session("s-shared", agent=agent([{"text": "hi there", "chunk": 3}]))
+    subscription = session.subscribe()
+    await subscription.ready(TIMEOUT)
+    result = await (await session.prompt("hi")).finished
+    pairs = []
+    while True:
+        batch = await subscription.next_batch(timeout=TIMEOUT)
+        assert batch is not None
+        for turn, info in itertools.pairwise(batch):
+            if turn.type == "turn" and info.type == "info":
+                pairs.append((turn, info))
+        if getattr(batch, "cursor", -1) >= result.index:
+            break
+    assert len(pairs) >= 2  # the turn started, and ended
+    for turn, info in pairs:
+        assert turn["turn"] == info["info"]["turn"] and turn["lastTurn"] == info["info"]["lastTurn"]
+        assert turn["turn"] is info["info"]["turn"]  # one object: a poll reply pickles it once
+        once = len(pickle.dumps([dict(turn), dict(info)]))
+        twice = len(pickle.dumps([dict(turn), copy.deepcopy(dict(info))]))
+        assert once < twice
+    subscription.close()

@@ -36,6 +36,7 @@ from actors.cluster import Cluster
 from actors.directory import HostDirectory
 from actors.errors import SessionMoved
 from actors.hub import MutationHub
+from actors.idle_checks import EARLY, IdleChecks
 from actors.logs import default_logging
 from actors.memory import TRIM_EVERY, TrimSchedule, memory_report
 from actors.registry import AgentRegistry
@@ -115,8 +116,9 @@ class _Hosted:
     runner: SessionRunner
     agent_key: str
     last_state: AIState
-    idle: asyncio.TimerHandle | None = None
-    """The one idle check scheduled for the session (activity only moves ``active_at``)."""
+    idle_due: float | None = None
+    """When the one idle check scheduled for the session is due (``actors.idle_checks``; activity
+    only moves ``active_at``)."""
     active_at: float = 0.0
     """When the session last did something (the loop's clock)."""
     idle_after: float = 0.0
@@ -151,6 +153,8 @@ class SessionHost:
         """Dedicated placement: the session(s) the supervisor gave this host."""
         self._tasks: set[asyncio.Future[Any]] = set()
         self.turn_watches = TurnWatches(self.hosted.get, self.activate, self.hub.settle, TURN_WAIT_LIMIT)
+        self.idle_checks = IdleChecks(self._maybe_deactivate, self._idle_due)
+        """When each session is next checked for quiet (``touch``): one timer for all."""
         """Turns clients wait on through their pollers (``actors.turn_watches``)."""
         self._closing = False
         self.batches = 0
@@ -294,31 +298,36 @@ class SessionHost:
         hosted = self.hosted.get(session_id)
         if hosted is None:
             return
-        loop = asyncio.get_running_loop()
         wait = self.options.idle_timeout if delay is None else delay
-        hosted.active_at = loop.time()
-        if hosted.idle is not None and wait >= hosted.idle_after:
-            hosted.idle_after = wait
-            return
-        if hosted.idle is not None:
-            hosted.idle.cancel()  # a shorter wait than the one scheduled
+        hosted.active_at = now = asyncio.get_running_loop().time()
+        if hosted.idle_due is not None:
+            if wait >= hosted.idle_after:
+                hosted.idle_after = wait
+                return
+            self.idle_checks.dropped()  # a shorter wait than the one scheduled
         hosted.idle_after = wait
-        hosted.idle = loop.call_later(wait, self._maybe_deactivate, session_id)
+        hosted.idle_due = due = now + wait
+        self.idle_checks.at(due, session_id)
+
+    def _idle_due(self, session_id: str) -> float | None:
+        hosted = self.hosted.get(session_id)
+        return None if hosted is None else hosted.idle_due
 
     def _maybe_deactivate(self, session_id: str) -> None:
+        """A session's idle check is due (``actors.idle_checks``)."""
         hosted = self.hosted.get(session_id)
         if hosted is None:
             return
-        loop = asyncio.get_running_loop()
-        remaining = hosted.active_at + hosted.idle_after - loop.time()
-        if remaining > 0:  # active since the check was scheduled
-            hosted.idle = loop.call_later(remaining, self._maybe_deactivate, session_id)
+        now = asyncio.get_running_loop().time()
+        due = hosted.active_at + hosted.idle_after
+        if due > now + EARLY:  # active since the check was scheduled
+            hosted.idle_due = due
+            self.idle_checks.at(due, session_id)
             return
+        hosted.idle_due = None
         if not self._idle(hosted) or self.hub.interested(session_id):
-            hosted.idle = None
             self.touch(session_id)
             return
-        hosted.idle = None
         task = asyncio.ensure_future(self.deactivate(session_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)  # a finished deactivation is not kept
@@ -334,8 +343,8 @@ class SessionHost:
         hosted = self.hosted.pop(session_id, None)
         if hosted is None:
             return False
-        if hosted.idle is not None:
-            hosted.idle.cancel()
+        if hosted.idle_due is not None:
+            self.idle_checks.dropped()
         log_ = hosted.runner.log
         if log_.index - log_._snapshot_index >= log_.snapshot_every // 2:
             # Only a long tail is worth a snapshot: up to 128 events replay in a few milliseconds,
@@ -551,6 +560,7 @@ class SessionHost:
         self._closing = self.directory.closing = True  # the supervisor is going away too: tell it nothing more
         self.trim.cancel()
         self.turn_watches.close()
+        self.idle_checks.close()
         for task in [self._boot, *self._tasks]:
             if task is not None and not task.done():
                 task.cancel()

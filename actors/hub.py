@@ -106,10 +106,18 @@ class MutationHub:
                 poller.event.set()
 
     def note_index(self, session_id: str, index: int) -> None:
-        """Advance a channel's index without mutations (an append nobody needs to see)."""
+        """Advance a channel's index without mutations (an append nobody needs to see).
+
+        The channel may still have pollers, only none seen within ``interest_seconds`` (a client,
+        or this host, stalled). This append's mutations are not kept, so a poller that comes
+        back from before it must re-read the snapshot: the ring is dropped through ``index``.
+        Without that, its next poll would bring the appends after this one and skip this one.
+        """
         channel = self._channels.get(session_id)
         if channel is not None:
             channel.last_index = index
+            channel.ring.clear()
+            channel.dropped_before = index
 
     def forget(self, session_id: str) -> None:
         """Drop a session's ring (it deactivated); its pollers get a reset if they fell behind."""

@@ -113,3 +113,22 @@ async def test_follow_registers_a_known_poller_from_an_index_without_waking_it()
     await eventually(lambda: hub.stats()["waiting"] == 1, 1, what="the poll waits: following told it nothing")
     hub.publish("s", 5, [m(5, "a")])
     assert await asyncio.wait_for(waiting, 1) == {"s": (5, [m(5, "a")])}  # everything after the index
+
+
+async def test_a_poller_back_after_appends_that_nobody_kept_gets_a_reset_not_a_gap() -> None:
+    # A poller not seen for interest_seconds (its client stalled, or the host did) makes the host
+    # stop keeping mutations: an append then only notes its index. When that poller polls again
+    # before the sweep has forgotten it, it must be told to re-read the snapshot: before, it got
+    # the appends after the gap and silently missed the ones in it (a client's view kept the
+    # first text delta of a nested run, "R000", and none of the rest).
+    hub = MutationHub(linger=0)
+    await hub.poll("p", {"s": -1}, [], 0, {"s": 0}, full=True)
+    hub.publish("s", 1, [m(1, "a")])
+    assert await hub.poll("p", {}, [], 0, {}) == {"s": (1, [m(1, "a")])}
+    hub._pollers["p"].seen -= 60  # not seen for a minute, and the sweep has not run since
+    assert not hub.interested("s")
+    hub.note_index("s", 2)  # what a host does with an append nobody is seen to follow
+    hub.publish("s", 3, [m(3, "c")])  # the poller is back in interest: this one is kept
+    hub._pollers["p"].seen += 60
+    cursor, batch = (await hub.poll("p", {}, [], 0, {}) or {})["s"]
+    assert (cursor, [x["type"] for x in batch]) == (3, ["reset"])

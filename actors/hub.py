@@ -110,14 +110,20 @@ class MutationHub:
 
         The channel may still have pollers, only none seen within ``interest_seconds`` (a client,
         or this host, stalled). This append's mutations are not kept, so a poller that comes
-        back from before it must re-read the snapshot: the ring is dropped through ``index``.
-        Without that, its next poll would bring the appends after this one and skip this one.
+        back from before it must re-read the snapshot: the ring is dropped through ``index``, and
+        its pollers are told. Without that, its next poll would bring the appends after this one
+        and skip this one (or, with nothing appended after, wait without news).
         """
         channel = self._channels.get(session_id)
         if channel is not None:
             channel.last_index = index
             channel.ring.clear()
             channel.dropped_before = index
+            for pid in channel.pollers:  # and a poll waiting meanwhile hands the reset out now
+                poller = self._pollers.get(pid)
+                if poller is not None:
+                    poller.dirty.add(session_id)
+                    poller.event.set()
 
     def forget(self, session_id: str) -> None:
         """Drop a session's ring (it deactivated); its pollers get a reset if they fell behind."""

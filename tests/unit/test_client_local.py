@@ -244,3 +244,24 @@ async def test_a_turn_change_and_the_info_that_repeats_it_share_one_turn_on_the_
         twice = len(pickle.dumps([dict(turn), copy.deepcopy(dict(info))]))
         assert once < twice
     subscription.close()
+
+
+async def test_a_view_whose_poller_was_not_seen_for_a_while_catches_up_through_the_snapshot(
+    rt: LocalRuntime,
+) -> None:
+    # The host keeps a session's mutations only while a poller was seen within interest_seconds
+    # (30 s). A client that stalled that long must not miss the appends made meanwhile: its
+    # next poll brings a reset, and the view re-reads the snapshot.
+    steps = ([{"text": "first answer", "chunk": 2}], [{"text": "second", "chunk": 2}])
+    session = rt.session("s-stalled", agent=agent(*steps, per_turn=False))
+    view = await session.live()
+    first = await (await session.prompt("one")).finished
+    await view.wait_for(partial(reached, index=first.index), timeout=TIMEOUT)
+    assert rt.host is not None
+    for poller in rt.host.hub._pollers.values():
+        poller.seen -= 60  # as if this client had not polled for a minute (the sweep not yet run)
+    second = await (await session.prompt("two")).finished
+    await view.wait_for(partial(reached, index=second.index), timeout=TIMEOUT)
+    assert [m.text for m in view.state.messages] == ["one", "first answer", "two", "second"]
+    assert view.view.state == (await session.state()).state.session
+    await view.close()

@@ -153,9 +153,9 @@ class SessionHost:
         """Dedicated placement: the session(s) the supervisor gave this host."""
         self._tasks: set[asyncio.Future[Any]] = set()
         self.turn_watches = TurnWatches(self.hosted.get, self.activate, self.hub.settle, TURN_WAIT_LIMIT)
+        """Turns clients wait on through their pollers (``actors.turn_watches``)."""
         self.idle_checks = IdleChecks(self._maybe_deactivate, self._idle_due)
         """When each session is next checked for quiet (``touch``): one timer for all."""
-        """Turns clients wait on through their pollers (``actors.turn_watches``)."""
         self._closing = False
         self.batches = 0
         """``calls`` batches received, and the calls in them (``stats``)."""

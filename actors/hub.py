@@ -99,11 +99,7 @@ class MutationHub:
         if excess > 0:
             channel.dropped_before = ring[excess - 1][0]
             del ring[:excess]
-        for pid in channel.pollers:
-            poller = self._pollers.get(pid)
-            if poller is not None:
-                poller.dirty.add(session_id)
-                poller.event.set()
+        self._wake(channel, session_id)
 
     def note_index(self, session_id: str, index: int) -> None:
         """Advance a channel's index without mutations (an append nobody needs to see).
@@ -119,11 +115,15 @@ class MutationHub:
             channel.last_index = index
             channel.ring.clear()
             channel.dropped_before = index
-            for pid in channel.pollers:  # and a poll waiting meanwhile hands the reset out now
-                poller = self._pollers.get(pid)
-                if poller is not None:
-                    poller.dirty.add(session_id)
-                    poller.event.set()
+            self._wake(channel, session_id)  # a poll waiting meanwhile hands the reset out now
+
+    def _wake(self, channel: _Channel, session_id: str) -> None:
+        """The session has news for each of its pollers: mark it and end their waiting polls."""
+        for pid in channel.pollers:
+            poller = self._pollers.get(pid)
+            if poller is not None:
+                poller.dirty.add(session_id)
+                poller.event.set()
 
     def forget(self, session_id: str) -> None:
         """Drop a session's ring (it deactivated); its pollers get a reset if they fell behind."""

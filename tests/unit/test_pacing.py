@@ -24,7 +24,7 @@ from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
 from orchestrator.run.pacing import DEFAULT_BUDGET, StreamPacer
 from orchestrator.run.runner import SessionRunner
-from orchestrator.run.steps import JOIN_TEXT, _StepStream
+from orchestrator.run.step_stream import JOIN_TEXT, StepStream
 from orchestrator.store import open_store
 from orchestrator.testing import eventually
 
@@ -251,7 +251,7 @@ def step_buffer(runner: SessionRunner) -> Any:
     coro: Any = step.task.get_coro()
     while coro is not None:
         stream = coro.cr_frame.f_locals.get("stream") if coro.cr_frame is not None else None
-        if isinstance(stream, _StepStream):
+        if isinstance(stream, StepStream):
             return stream
         coro = coro.cr_await
     raise AssertionError("the running step has no buffer")

@@ -18,13 +18,13 @@ Answers to a sub-agent's approval (``respond_nested``) go the other way, to the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Protocol
 
 from orchestrator.core import event_types as ai
 from orchestrator.core._json import JsonObject
 from orchestrator.core.actions import ApplyPart
-from orchestrator.core.aistate import AIState, Receipt, ToolRecord
+from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.approvals import split_nested
 from orchestrator.core.commands import Decision, Respond
 from orchestrator.core.events import Event
@@ -33,39 +33,42 @@ from orchestrator.core.payloads import Nested
 from orchestrator.core.stream import Reasoning, TextDelta, ToolCall
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
+from orchestrator.run.log import SessionLog
 from orchestrator.run.pacing import StreamPacer
 
 _VISIBLE = (TextDelta, Reasoning, ToolCall)
 """The stream parts a client shows: a call's first one is written at once."""
 
-__all__ = ["NestedInbox", "respond_nested"]
+__all__ = ["InboxHost", "NestedInbox", "respond_nested"]
+
+
+class InboxHost(Protocol):
+    """What a nested inbox needs from its session (``SessionRunner`` is one)."""
+
+    log: SessionLog
+    """The session's log: its tool records say what each call has applied (``child_seq``)."""
+    nested_delay: float
+    """How long the first held batch waits for company before it asks for a write."""
+    pacer: StreamPacer
+    """The process's stream-write budget: under load the wait grows to its pace."""
+    _draining: bool
+    """Whether a write is being assembled or in flight (it takes the held batches along)."""
+
+    def _request_drain(self) -> None:
+        """Ask the session for its next write (which calls ``take``)."""
+        ...
 
 
 class NestedInbox:
     """The held batches of every delegate call of one session, and the timer that writes them."""
 
-    def __init__(
-        self,
-        tools: Callable[[], Mapping[str, ToolRecord]],
-        request_drain: Callable[[], None],
-        draining: Callable[[], bool],
-        delay: float,
-        pacer: StreamPacer | None = None,
-    ) -> None:
-        """Hold nothing yet; the session's write path is reached through the callables.
+    def __init__(self, host: InboxHost) -> None:
+        """Hold nothing yet; ``host`` is the session whose writes carry the batches.
 
-        Args:
-            tools: the session's tool records now (each call's ``child_seq`` says what is applied).
-            request_drain: asks the session for its next write (which calls ``take``).
-            draining: whether a write is being assembled or in flight (it takes the batches along).
-            delay: how long the first held batch waits for company before it asks for a write.
-            pacer: the process's stream-write budget: under load the wait grows to its pace.
+        A session passes itself as a weak proxy: its inbox does not keep it alive. One reference,
+        not a closure per need: every session that delegates has an inbox for its life.
         """
-        self._tools = tools
-        self._request_drain = request_drain
-        self._draining = draining
-        self.delay = delay
-        self.pacer = pacer
+        self.host = host
         self._held: dict[str, dict[int, ChildBatch]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._shown: set[str] | None = None
@@ -85,15 +88,16 @@ class NestedInbox:
         held[batch.prev if batch.prev is not None else -1] = batch
         if self._first_visible(batch):
             self._hurry = True
-        if self._hurry and not self._draining() and self.ready():
+        host = self.host
+        if self._hurry and not host._draining and self.ready():
             self._hurry = False
             self.cancel_timer()
-            self._request_drain()
+            host._request_drain()
             return
         # Later batches are not on the latency path: wait a moment so several go out in one
         # write (a write that happens meanwhile takes them along anyway).
-        if self._timer is None and not self._draining():
-            delay = self.delay if self.pacer is None else self.pacer.interval(self.delay)
+        if self._timer is None and not host._draining:
+            delay = host.pacer.interval(host.nested_delay)
             self._timer = asyncio.get_running_loop().call_later(delay, self._due)
 
     def _first_visible(self, batch: ChildBatch) -> bool:
@@ -116,11 +120,11 @@ class NestedInbox:
 
     def _due(self) -> None:
         self._timer = None
-        self._request_drain()
+        self.host._request_drain()
 
     def ready(self) -> bool:
         """Whether some held batch is next in its call's sequence (a write would carry it)."""
-        tools = self._tools()
+        tools = self.host.log.state.tools
         for call_id, held in self._held.items():
             record = tools.get(call_id)
             applied = record.child_seq if record is not None else 0
@@ -137,7 +141,7 @@ class NestedInbox:
         """
         events: list[Event] = []
         self._hurry = False  # this write takes whatever is next in line, a first visible part too
-        tools = self._tools()
+        tools = self.host.log.state.tools
         for call_id, held in list(self._held.items()):
             record = tools.get(call_id)
             applied = record.child_seq if record is not None else 0

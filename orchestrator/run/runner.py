@@ -551,12 +551,5 @@ class SessionRunner:
         """
         nested = self._nested
         if nested is None:
-            me = cast("SessionRunner", weakref.proxy(self))  # the inbox must not keep its runner alive
-            nested = self._nested = NestedInbox(
-                lambda: me.log.state.tools,
-                lambda: me._request_drain(),
-                lambda: me._draining,
-                self.nested_delay,
-                self.pacer,
-            )
+            nested = self._nested = NestedInbox(cast("SessionRunner", weakref.proxy(self)))
         nested.deliver(batch)

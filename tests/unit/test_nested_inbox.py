@@ -7,7 +7,11 @@ Folding that event is folding the batches one by one (the actions in order, then
 from __future__ import annotations
 
 import asyncio
+import gc
+import types
+import weakref
 from pathlib import Path
+from types import SimpleNamespace
 
 from actors.bench.shop import PROMPTS, shop_agent
 from actors.local import LocalRuntime
@@ -19,14 +23,29 @@ from orchestrator.core.wire import action_to_wire
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch
 from orchestrator.run.nested import NestedInbox
+from orchestrator.run.pacing import StreamPacer
 from orchestrator.testing import ScriptedModel
 
 TIMEOUT = 30
 
 
+class _Host:
+    """The session side of an inbox (``InboxHost``): its tool records, and a pump that counts asks."""
+
+    def __init__(self, tools: dict[str, ToolRecord], delay: float, *, draining: bool) -> None:
+        self.log = SimpleNamespace(state=SimpleNamespace(tools=tools))
+        self.nested_delay = delay
+        self.pacer = StreamPacer()  # nothing streaming: a batch waits ``delay``
+        self._draining = draining
+        self.asked = 0
+
+    def _request_drain(self) -> None:
+        self.asked += 1
+
+
 def _inbox(applied: int = 0) -> tuple[NestedInbox, dict[str, ToolRecord]]:
     tools = {"call-1": ToolRecord("call-1", "delegate_to_researcher", "turn-1", "running", child_seq=applied)}
-    return NestedInbox(lambda: tools, lambda: None, lambda: True, 0.01), tools
+    return NestedInbox(_Host(tools, 0.01, draining=True)), tools  # type: ignore[arg-type]  # a fake log
 
 
 def _batch(seq: int, prev: int | None, *actions: SessionAction, wire: bool = False) -> ChildBatch:
@@ -75,21 +94,10 @@ async def test_typed_and_wire_batches_go_in_events_of_their_own_with_their_wire_
     assert second.payload["seq"] == 4 and second.payload["callId"] == "call-1"  # made from the typed form
 
 
-class _Pump:
-    """The session side of an inbox: counts the writes it is asked for, and whether one is running."""
-
-    def __init__(self) -> None:
-        self.asked = 0
-        self.running = False
-
-    def ask(self) -> None:
-        self.asked += 1
-
-
-def _timed_inbox(delay: float = 60.0) -> tuple[NestedInbox, _Pump]:
+def _timed_inbox(delay: float = 60.0) -> tuple[NestedInbox, _Host]:
     tools = {"call-1": ToolRecord("call-1", "delegate_to_researcher", "turn-1", "running", child_seq=0)}
-    pump = _Pump()
-    return NestedInbox(lambda: tools, pump.ask, lambda: pump.running, delay), pump
+    pump = _Host(tools, delay, draining=False)
+    return NestedInbox(pump), pump  # type: ignore[arg-type]  # a fake log
 
 
 SEND = Send("task-1", "compare mug prices")
@@ -125,18 +133,18 @@ async def test_a_first_visible_part_held_behind_a_gap_goes_out_once_the_gap_fill
 
 async def test_a_write_already_running_takes_the_first_visible_part_along() -> None:
     inbox, pump = _timed_inbox()
-    pump.running = True
+    pump._draining = True
     inbox.deliver(_batch(3, 0, START, DELTAS[0]))
     assert pump.asked == 0  # the running write's pump takes what is ready
     inbox.take()
-    pump.running = False
+    pump._draining = False
     inbox.deliver(_batch(4, 3, DELTAS[1]))
     assert pump.asked == 0 and _waiting(inbox)  # no leftover hurry: this one waits
     inbox.cancel_timer()
 
 
 async def test_only_a_session_that_delegates_has_an_inbox_and_only_from_its_first_child_batch(tmp_path: Path) -> None:
-    # An inbox is three closures and a few fields (~0.6 KB): a sub-agent never delegates, and at
+    # An inbox is a few fields (it was three closures too, ~0.6 KB): a sub-agent never delegates, and at
     # a thousand sessions with a sub-agent each that was a megabyte for nothing.
     async with LocalRuntime(store=f"sqlite:///{tmp_path / 's.db'}") as rt:
         shop = rt.session("shop-1", agent=shop_agent())
@@ -144,7 +152,12 @@ async def test_only_a_session_that_delegates_has_an_inbox_and_only_from_its_firs
         result = await asyncio.wait_for((await shop.prompt(PROMPTS[0])).finished, TIMEOUT)
         assert result.success
         runners = {sid: hosted.runner for sid, hosted in rt.host.hosted.items()}
-        assert runners["shop-1"]._nested is not None  # it took its researcher's batches
+        inbox = runners["shop-1"]._nested
+        assert inbox is not None  # it took its researcher's batches
+        # It reaches its session through one weak proxy, not a closure per need (~0.5 KB each
+        # session that delegates, for the session's life).
+        assert type(inbox.host) is weakref.ProxyType and inbox.host.session_id == "shop-1"
+        assert not [o for o in gc.get_referents(*gc.get_referents(inbox)) if isinstance(o, types.FunctionType)]
         children = [runner for sid, runner in runners.items() if sid != "shop-1"]
         assert children and all(runner._nested is None for runner in children)
         plain = rt.session("plain-1", agent=Agent("plain", "x", ScriptedModel([[{"text": "hi"}]])))

@@ -152,7 +152,11 @@ class SessionRunner:
         self._waiters = 0
         self._queue: list[tuple[Sequence[Event], asyncio.Future[list[Applied]]]] = []
         self._draining = False
-        self._background: set[asyncio.Task[Any]] = set()
+        self._drainer: asyncio.Task[None] | None = None
+        """The pump's task while it runs (one at a time)."""
+        self._background: set[asyncio.Task[Any]] | None = None
+        """Other work in the background, made at its first (most sessions never have any: an
+        empty set is 216 bytes, and a host holds thousands of sessions)."""
         self._nested: NestedInbox | None = None
         """Sub-agents' batches held for the next write: made at the first (a sub-agent never has one)."""
         self._ledger = TurnLedger(log.state)
@@ -208,7 +212,7 @@ class SessionRunner:
     def _request_drain(self) -> None:
         if not self._draining and not self._closed:
             self._draining = True
-            self._spawn(self._drain())
+            self._drainer = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
         """The session's one pump: writes what is queued, and plans again when asked (``_kick``).
@@ -241,6 +245,7 @@ class SessionRunner:
                             future.set_result(applied)
         finally:
             self._draining = False
+            self._drainer = None  # it ends now: nothing awaits here any more
             if self._queue and not self._closed:
                 self._request_drain()
 
@@ -332,8 +337,11 @@ class SessionRunner:
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        background = self._background
+        if background is None:
+            background = self._background = set()
+        background.add(task)
+        task.add_done_callback(background.discard)
         return task
 
     def _reconcile(self) -> None:
@@ -531,9 +539,10 @@ class SessionRunner:
             if work is not None:
                 work.signal.cancel("closed")
                 work.task.cancel()
-        for task in list(self._background):
+        tasks = [*(self._background or ()), *([self._drainer] if self._drainer is not None else [])]
+        for task in tasks:
             task.cancel()
-        for task in list(self._background):
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self._handlers.close()

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from actors.bench.shop import PROMPTS, shop_agent
 from actors.local import LocalRuntime
 from orchestrator.run.agent import Agent
 from orchestrator.testing import ScriptedModel, eventually
@@ -56,3 +57,30 @@ async def test_a_client_that_stops_following_lets_the_host_drop_the_sessions_at_
         await view.close()
     # Well before the 5 s a waiting poll would take to come back by itself.
     await eventually(lambda: host.hub.stats()["followed"] == 0, 1.0, what="the host dropped every session")
+
+
+def _empty_sets(obj: object) -> list[str]:
+    """The attributes of ``obj`` that are empty sets (216 bytes each, for nothing)."""
+    fields = vars(obj) if hasattr(obj, "__dict__") else {k: getattr(obj, k) for k in type(obj).__slots__}
+    return [name for name, value in fields.items() if isinstance(value, set) and not value]
+
+
+async def test_a_followed_session_and_its_sub_agent_keep_no_empty_sets(rt: LocalRuntime) -> None:
+    # Empty sets kept for the rare case (a background task, a model lookup, a second poller) were
+    # about 1 KB for a session with a sub-agent: at a thousand sessions, a megabyte for nothing.
+    shop = rt.session("shop-sets", agent=shop_agent())
+    view = await shop.live()
+    try:
+        result = await asyncio.wait_for((await shop.prompt(PROMPTS[0])).finished, TIMEOUT)
+        assert result.success
+        host = rt.host
+        assert host is not None
+        runners = [h.runner for sid, h in host.hosted.items() if sid.startswith("shop-sets")]
+        assert len(runners) == 2  # the session and its researcher
+        for runner in runners:
+            for part in (runner, runner._steps, runner._calls):
+                assert not _empty_sets(part), f"{runner.session_id}: {type(part).__name__}: {_empty_sets(part)}"
+        channel = host.hub._channels["shop-sets"]
+        assert len(channel.pollers) == 1 and not isinstance(channel.pollers, set)
+    finally:
+        await view.close()

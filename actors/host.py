@@ -111,7 +111,7 @@ class HostOptions:
     """Options for tests (e.g. the host list in pooled mode)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class _Hosted:
     runner: SessionRunner
     agent_key: str

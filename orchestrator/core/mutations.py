@@ -239,7 +239,7 @@ def _same_but_input(old: ToolPart, new: ToolPart) -> bool:
 # -- the client side -------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class ClientView:
     """A client's copy of a session's conversation, kept current by mutations.
 

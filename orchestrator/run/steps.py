@@ -82,7 +82,7 @@ class CompactionPlan:
     ``should_compact`` can compact)."""
 
 
-@dataclass
+@dataclass(slots=True)
 class StepWork:
     """A running model step: its id, its task and the signal that stops it."""
 

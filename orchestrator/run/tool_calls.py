@@ -63,7 +63,7 @@ class ToolHost(Protocol):
         ...
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolWork:
     """A running tool call: its task, the signal that stops it, and its child session if any."""
 

@@ -61,7 +61,8 @@ async def test_a_client_that_stops_following_lets_the_host_drop_the_sessions_at_
 
 def _empty_sets(obj: object) -> list[str]:
     """The attributes of ``obj`` that are empty sets (216 bytes each, for nothing)."""
-    fields = vars(obj) if hasattr(obj, "__dict__") else {k: getattr(obj, k) for k in type(obj).__slots__}
+    slots: tuple[str, ...] = getattr(type(obj), "__slots__", ())
+    fields = vars(obj) if hasattr(obj, "__dict__") else {name: getattr(obj, name) for name in slots}
     return [name for name, value in fields.items() if isinstance(value, set) and not value]
 
 
@@ -84,3 +85,15 @@ async def test_a_followed_session_and_its_sub_agent_keep_no_empty_sets(rt: Local
         assert len(channel.pollers) == 1 and not isinstance(channel.pollers, set)
     finally:
         await view.close()
+
+
+def test_the_records_kept_per_session_and_per_running_call_have_no_instance_dict() -> None:
+    # A dataclass without slots carries a dict (~100 bytes more) per instance: one per hosted
+    # session, per running step and tool call, and per client view.
+    from actors.host import _Hosted
+    from orchestrator.core.mutations import ClientView
+    from orchestrator.run.steps import StepWork
+    from orchestrator.run.tool_calls import ToolWork
+
+    for cls in (_Hosted, ClientView, StepWork, ToolWork):
+        assert "__slots__" in vars(cls) and "__dict__" not in dir(cls), cls.__name__

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from actors.errors import SessionMoved
 from actors.options import ACTOR_ERRORS
 from actors.retry import CHILD_CALL, RetriesExhausted
-from actors.router import Router
+from actors.router import HostNotFound, Router
 from actors.subagents import HostChildren, SubAgents
 from orchestrator.core.aistate import Receipt
 from orchestrator.core.commands import Respond
@@ -22,6 +23,9 @@ from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildRequest, ChildResult, Deliver
 
 __all__ = ["RayChildren"]
+
+_RETRIED: tuple[type[Exception], ...] = (*ACTOR_ERRORS, SessionMoved, HostNotFound)
+"""What the call to a child's host is retried across (``Router.on_host``)."""
 
 
 class RayChildren:
@@ -35,6 +39,14 @@ class RayChildren:
 
     async def run(self, request: ChildRequest, deliver: Deliver) -> ChildResult:
         """Start or re-attach to the child; its batches reach the parent through its host."""
+        if await self.router.place(request.child_id) == self.name:
+            # Placed here: run it without the retry loop's frames and closures held for as long
+            # as the sub-agent works (~1 KB for every delegate call in flight). A failure the loop
+            # would retry sends the call down the full path, which asks again where the child is.
+            try:
+                return await self.here.sub.run(request, self.root_key, self.name)
+            except _RETRIED:
+                self.router.forget(request.child_id)
         # Ship the sub-agent's name, not the agent: the child's host loads it from the registry.
         light = replace(request, agent=_AgentName(request.agent.name))  # type: ignore[arg-type]
 

@@ -1,0 +1,81 @@
+"""``RayChildren``: a child placed on the parent's own host runs there directly.
+
+A delegate call waits as long as its sub-agent works. Through ``Router.on_host`` it held the
+retry loop's frames and closures (``retry``, ``attempt``, ``call``) for all that time, about
+1 KB per call in flight; a child placed here needs none of them until something goes wrong.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from actors.children import RayChildren
+from actors.errors import SessionMoved
+from orchestrator.run.agent import Agent
+from orchestrator.run.children import ChildRequest, ChildResult
+from orchestrator.testing import ScriptedModel
+
+REQUEST = ChildRequest("p", "call-1", "p/call-1", Agent("researcher", "x", ScriptedModel([])), "look")
+
+
+class _Router:
+    """Places the child on ``where``; records what it is asked."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.asked: list[str] = []
+
+    async def place(self, session_id: str, stale: str | None = None) -> str:
+        self.asked.append(f"place {session_id}")
+        return self.where
+
+    def forget(self, session_id: str) -> None:
+        self.asked.append(f"forget {session_id}")
+
+    async def on_host(self, session_id: str, call: Any, schedule: Any) -> ChildResult:
+        self.asked.append(f"on_host {session_id}")
+        return ChildResult("through the full path")
+
+
+class _SubAgents:
+    """The host's sub-agent runner: fails with ``errors`` first, then answers."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.host = SimpleNamespace(name="host-a")
+        self.errors = list(errors)
+        self.runs: list[tuple[str, str, str]] = []
+
+    async def run(self, request: ChildRequest, root_key: str, parent_host: str) -> ChildResult:
+        self.runs.append((request.child_id, root_key, parent_host))
+        if self.errors:
+            raise self.errors.pop(0)
+        return ChildResult("ran here")
+
+
+async def _deliver(batch: object) -> None:
+    raise AssertionError("a child on this host reaches its parent through the host, not here")
+
+
+async def test_a_child_placed_on_this_host_runs_here_without_the_retry_path() -> None:
+    sub, router = _SubAgents(), _Router("host-a")
+    children = RayChildren(sub, router, "shop#1")  # type: ignore[arg-type]
+    result = await children.run(REQUEST, _deliver)
+    assert result.text == "ran here"
+    assert sub.runs == [("p/call-1", "shop", "host-a")]
+    assert router.asked == ["place p/call-1"]  # no on_host: no retry loop held while it runs
+
+
+async def test_a_child_that_moved_off_this_host_is_followed_through_the_full_path() -> None:
+    sub, router = _SubAgents(SessionMoved("not here")), _Router("host-a")
+    children = RayChildren(sub, router, "shop#1")  # type: ignore[arg-type]
+    result = await children.run(REQUEST, _deliver)
+    assert result.text == "through the full path"
+    assert router.asked == ["place p/call-1", "forget p/call-1", "on_host p/call-1"]
+
+
+async def test_a_child_placed_elsewhere_goes_through_the_full_path() -> None:
+    sub, router = _SubAgents(), _Router("host-b")
+    children = RayChildren(sub, router, "shop#1")  # type: ignore[arg-type]
+    assert (await children.run(REQUEST, _deliver)).text == "through the full path"
+    assert sub.runs == [] and router.asked == ["place p/call-1", "on_host p/call-1"]

@@ -10,7 +10,8 @@ an external side effect looks like to the world.
 While the sessions run, faults come (``actors/bench/faults.py``): host processes SIGKILLed every
 ``kill_every`` seconds and, once each, the supervisor killed, the driver SIGKILLed and a new one
 joining, a node removed (these two in a cluster of the run's own: ``chaos_cluster``), and the
-PostgreSQL server restarted. Then it checks, and fails on any of:
+PostgreSQL server restarted. Each session has a live view (``session.live()``) open for the whole
+run, in a process no fault kills (``chaos_views``). Then it checks, and fails on any of:
 
 - **finished**: sessions whose every turn completed, out of N;
 - **lost inputs**: inputs the client had a receipt for that are not in their session's log;
@@ -18,6 +19,8 @@ PostgreSQL server restarted. Then it checks, and fails on any of:
 - **unexplained reruns**: a ``lookup`` call that ran more than once where an earlier run was not
   in a process that was killed;
 - **fold differs**: sessions whose log, folded from scratch, differs from the live state;
+- **view mismatches**: live views that did not reach their log's last index, or show something
+  else than the log folded through it (a missed or repeated append);
 - **missed faults**: a kind of fault asked for that never came due;
 
 and reports how long each kind of fault took to heal, p50 and max.
@@ -39,6 +42,7 @@ from typing import Final
 import ray
 
 from actors.bench.chaos_cluster import run_cluster
+from actors.bench.chaos_views import SessionViews
 from actors.bench.chaos_work import (
     ChaosFigures,
     ChaosPlan,
@@ -127,8 +131,9 @@ async def _run_local(
     started = start_local_ray("troupe-chaos")
     rt = Runtime(store=url, namespace=f"chaos-{uuid.uuid4().hex[:6]}", hosts_per_node=hosts)
     await rt.start()
+    agent = chaos_agent(str(scratch))
+    views = SessionViews(rt, agent)
     try:
-        agent = chaos_agent(str(scratch))
         ids = plan.session_ids()
         accepted: dict[str, list[str]] = defaultdict(list)
         gate = asyncio.Semaphore(concurrency)
@@ -137,6 +142,7 @@ async def _run_local(
 
         async def one(session_id: str) -> bool:
             async with gate:
+                await views.open(session_id)  # open until the end: every later fault passes it too
                 return await drive_session(
                     rt,
                     agent,
@@ -160,8 +166,11 @@ async def _run_local(
             else:
                 figures.failures.append(f"{session_id}: did not finish ({result!r})")
         await check_sessions(rt, agent, figures, ids, accepted)
+        figures.views_checked = await views.check(ids)
+        figures.view_mismatches.extend(views.mismatches)
         check_ledgers(scratch, figures, chaos.killed_pids)
     finally:
+        await views.close()
         await rt.close()
         if started:
             ray.shutdown()
@@ -191,6 +200,7 @@ def format_chaos(figures: ChaosFigures) -> str:
             f"{figures.unexplained_reruns} not explained by a kill",
         ),
         ("logs whose fold differs", str(figures.fold_differs)),
+        ("live views off the log", f"{len(figures.view_mismatches)} (of {figures.views_checked} checked)"),
     ]
     for kind, heal in figures.heal_times().items():
         rows.append(
@@ -202,5 +212,6 @@ def format_chaos(figures: ChaosFigures) -> str:
     lines.append("result: " + ("every check held" if figures.ok else "FAILED"))
     lines.extend(f"  {unhealed}" for unhealed in figures.unhealed)
     lines.extend(f"  the {kind} fault never came due (the run ended first)" for kind in figures.missed)
+    lines.extend(f"  {m.session_id}: live view: {m.difference}" for m in figures.view_mismatches[:20])
     lines.extend(f"  {failure}" for failure in figures.failures[:20])
     return "\n".join(lines)

@@ -16,6 +16,9 @@ that the owner reads for progress and, at the end, for what was accepted and wha
 - ``node``: remove the second node (``Cluster.remove_node``: its raylet and every worker on it
   die); healed when every host that lived on it answers again from the head.
 
+The owner keeps every session's live view (``chaos_views``) open from before the first driver
+starts to the end: no fault kills the process that holds them, so each must end where its log ends.
+
 Everything stops with the owner: its runtime stops the hosts and supervisor, ``Cluster.shutdown``
 stops the nodes' processes (never ``ray stop``: that stops every Ray on the machine), and the
 temporary directory is removed.
@@ -42,6 +45,7 @@ from typing import Any, Final, cast
 import ray
 from ray.cluster_utils import Cluster
 
+from actors.bench.chaos_views import SessionViews
 from actors.bench.chaos_work import ChaosFigures, ChaosPlan, chaos_agent, check_ledgers, check_sessions, drive_session
 from actors.bench.faults import Fault, Faults, answers_again, db_restart
 from actors.runtime import Runtime
@@ -255,6 +259,7 @@ async def run_cluster(
     os.environ["RAY_TMPDIR"] = str(root)  # the head's address file: this run's own, never /tmp/ray's
     cluster: Cluster | None = None
     rt: Runtime | None = None
+    views: SessionViews | None = None
     try:
         try:
             cluster = Cluster(
@@ -280,6 +285,9 @@ async def run_cluster(
         if restart_db is not None:
             special["db"] = db_restart(rt.store, restart_db)
         chaos = Faults(rt, figures, figures.kinds, kill_every=kill_every, count=faults, seed=seed, special=special)
+        ids = plan.session_ids()
+        views = SessionViews(rt, chaos_agent(plan.workdir))
+        await views.open_all(ids, concurrency=plan.concurrency)
         begun = time.monotonic()
         await drivers.start()
         watching = asyncio.ensure_future(_watch(journal, chaos))
@@ -298,7 +306,6 @@ async def run_cluster(
         journal.poll()
         if code not in (0, None):
             figures.failures.append(f"the last driver exited with {code}: see {drivers.log(drivers.started)}")
-        ids = plan.session_ids()
         for session_id in ids:
             done = journal.done[session_id]
             if all(done.get(turn) for turn in range(plan.turns)):
@@ -307,8 +314,12 @@ async def run_cluster(
                 figures.failures.append(f"{session_id}: did not finish (turns done: {dict(done)})")
         accepted = {s: sorted(set(journal.accepted[s])) for s in ids}
         await check_sessions(rt, chaos_agent(plan.workdir), figures, ids, accepted)
+        figures.views_checked = await views.check(ids)
+        figures.view_mismatches.extend(views.mismatches)
         check_ledgers(Path(plan.workdir), figures, chaos.killed_pids)
     finally:
+        if views is not None:
+            await views.close()
         if rt is not None:
             await rt.close()  # stops the hosts and the supervisor, then its ray.init
         if cluster is not None:

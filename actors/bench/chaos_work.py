@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actors.bench.chaos_views import ViewMismatch
 from actors.bench.faults import FAULT_KINDS
 from actors.runtime import Runtime
 from orchestrator.core.fold import fold_events
@@ -102,6 +103,10 @@ class ChaosFigures:
     rerun_extras: int = 0
     unexplained_reruns: int = 0
     fold_differs: int = 0
+    views_checked: int = 0
+    """Sessions whose live view, open for the whole run, was compared with the log (``chaos_views``)."""
+    view_mismatches: list[ViewMismatch] = field(default_factory=list)
+    """Live views that did not reach their log's end, or differ from it (each fails the run)."""
     kinds: tuple[str, ...] = ("host", "supervisor")
     """The kinds of fault asked for (``faults.FAULT_KINDS``)."""
     store: str = "sqlite"
@@ -128,6 +133,7 @@ class ChaosFigures:
             and not self.duplicate_reports
             and not self.unexplained_reruns
             and not self.fold_differs
+            and not self.view_mismatches
             and not self.missed
             and not self.unhealed
         )

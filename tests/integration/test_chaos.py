@@ -3,12 +3,15 @@
 A bounded run per fault: hosts SIGKILLed and the supervisor killed (in this process's Ray), the
 PostgreSQL server restarted (a private server), and, as a user runs them (the CLI in a process of
 its own: they start a Ray cluster of their own), the driver SIGKILLed and replaced, and a node
-removed. Faults are spread over the run's progress, so they land mid-run however busy the machine.
+removed. Faults are spread over the run's progress, so they land mid-run
+however busy the machine. Every run also checks each session's live view against its log; that
+check is shown to catch a view that differs (a missing part, a repeated delta, a lost message).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +20,14 @@ from typer.testing import CliRunner
 
 from actors.bench.chaos import bench_chaos, format_chaos
 from actors.bench.chaos_cluster import Journal
+from actors.bench.chaos_views import SessionViews, describe_difference
+from actors.bench.chaos_work import chaos_agent, drive_session
 from actors.bench.faults import fault_plan
+from actors.runtime import Runtime
+from orchestrator.core._pvec import PVec
+from orchestrator.core.mutations import ClientView
+from orchestrator.core.parts import AgentMessage, NestedRun, TextPart, ToolPart
+from orchestrator.core.state import SessionState
 from orchestrator.surfaces.cli.main import app
 from tests.pg import PgServer
 
@@ -36,7 +46,7 @@ async def test_sessions_survive_killed_hosts_and_supervisor_with_no_lost_input_o
     # the run on a busy machine, the run ends first. Every kind asked for was injected (figures.ok).
     assert figures.injected["supervisor"] == 1 and 1 <= figures.injected["host"] <= 2, report
     assert figures.ok, report
-    assert figures.finished == 12, report
+    assert figures.finished == 12 and figures.views_checked == 12 and not figures.view_mismatches, report
     # A report call cut before its effect ran is reported interrupted, never run again: at most one each.
     assert 0 < figures.report_calls <= 36 and figures.rerun_calls <= 36, report
 
@@ -91,6 +101,67 @@ def test_sessions_on_a_removed_node_heal_on_the_remaining_one(tmp_path: Path) ->
     figures = _cli_chaos(tmp_path, "node", 1)
     assert figures["injected"] == {"node": 1}, figures
     assert figures["ok"] and figures["finished"] == 8 and figures["lost_inputs"] == 0, figures
+
+
+def _conversation() -> SessionState:
+    audit = NestedRun(PVec([AgentMessage("a-1", "assistant", (TextPart("a-1:0", "The books balance."),))]), "idle")
+    reply = AgentMessage(
+        "m-2",
+        "assistant",
+        (
+            TextPart("m-2:0", "Charging your card now. "),
+            ToolPart("call-1", "charge", {"item": "order"}, "done", output="charge order: ok"),
+            ToolPart("call-2", "delegate_to_auditor", {"task": "audit"}, "done", output="ok", agent=audit),
+        ),
+        revision=4,
+    )
+    return SessionState.of([AgentMessage("m-1", "user", (TextPart("m-1:0", "Turn 0: charge me."),)), reply])
+
+
+def _altered(state: SessionState, message: int, parts: tuple[Any, ...]) -> SessionState:
+    messages = list(state.messages)
+    messages[message] = replace(messages[message], parts=parts)
+    return SessionState.of(messages, state.status)
+
+
+def test_the_view_check_names_a_missing_part_a_repeated_delta_a_lost_message_and_a_stale_tool() -> None:
+    stored = _conversation()
+    text, charge, delegate = stored.messages[1].parts
+    assert describe_difference(_conversation(), stored) is None
+    missing = describe_difference(_altered(stored, 1, (text, delegate)), stored)
+    assert missing is not None and "a tool part call-2 where the log has a tool part call-1" in missing, missing
+    repeated = _altered(stored, 1, (TextPart("m-2:0", "Charging your card now. card now. "), charge, delegate))
+    found = describe_difference(repeated, stored)
+    assert found is not None and found.startswith("session message 1 (m-2) part m-2:0: text"), found
+    running = _altered(stored, 1, (text, ToolPart("call-1", "charge", {"item": "order"}, "running"), delegate))
+    found = describe_difference(running, stored)
+    assert found is not None and "tool state 'running' where the log has 'done'" in found, found
+    assert "1 messages where the log has 2 (extra: none; missing: m-2)" in str(
+        describe_difference(SessionState.of(stored.messages[:1]), stored)
+    )
+    assert isinstance(delegate, ToolPart) and delegate.agent is not None
+    nested = NestedRun(PVec([AgentMessage("a-1", "assistant", (TextPart("a-1:0", "The books"),))]), "idle")
+    found = describe_difference(_altered(stored, 1, (text, charge, delegate.with_agent(nested))), stored)
+    assert found is not None and "(nested run) message 0 (a-1) part a-1:0: text 'The books'" in found, found
+    assert describe_difference(replace(stored, status="streaming"), stored) == (
+        "session: status 'streaming' where the log has 'idle'"
+    )
+
+
+async def test_the_view_check_reports_a_live_view_that_differs_from_its_log(runtime: Runtime, tmp_path: Path) -> None:
+    agent = chaos_agent(str(tmp_path), pause=0)
+    views = SessionViews(runtime, agent, wait=30)
+    for session_id in ("kept", "tampered"):
+        await views.open(session_id)
+        assert await drive_session(runtime, agent, session_id, 1, accepted=lambda *_: None, done=lambda *_: None)
+    tampered = views.views["tampered"]
+    await tampered.wait_for(lambda _: tampered.index >= 1 and not tampered.confirmed.active, timeout=30)
+    state = tampered.view.state
+    dropped = replace(state.messages[-1], parts=state.messages[-1].parts[:-1])  # the closing text never came
+    tampered.view = ClientView.of(SessionState.of([*state.messages[:-1], dropped], state.status), tampered.view.index)
+    assert await views.check(["kept", "tampered"]) == 2
+    assert [m.session_id for m in views.mismatches] == ["tampered"], views.mismatches
+    assert "parts [" in views.mismatches[0].difference, views.mismatches[0]
 
 
 def test_the_fault_plan_puts_a_host_kill_between_the_others_then_kills_hosts_only() -> None:

@@ -9,9 +9,10 @@ an external side effect looks like to the world.
 
 While the sessions run, faults come (``actors/bench/faults.py``): host processes SIGKILLed every
 ``kill_every`` seconds and, once each, the supervisor killed, the driver SIGKILLed and a new one
-joining, a node removed (these two in a cluster of the run's own: ``chaos_cluster``), and the
-PostgreSQL server restarted. Each session has a live view (``session.live()``) open for the whole
-run, in a process no fault kills (``chaos_views``). Then it checks, and fails on any of:
+joining, a node removed (these two in a cluster of the run's own: ``chaos_cluster``), the
+PostgreSQL server restarted, and a host frozen for ``stall_seconds`` (SIGSTOP, then SIGCONT).
+Each session has a live view (``session.live()``) open for the whole run, in a process no fault
+kills (``chaos_views``). Then it checks, and fails on any of:
 
 - **finished**: sessions whose every turn completed, out of N;
 - **lost inputs**: inputs the client had a receipt for that are not in their session's log;
@@ -51,7 +52,7 @@ from actors.bench.chaos_work import (
     check_sessions,
     drive_session,
 )
-from actors.bench.faults import FAULT_KINDS, Faults, db_restart
+from actors.bench.faults import FAULT_KINDS, STALL_SECONDS, Faults, db_restart
 from actors.bench.local_ray import start_local_ray
 from actors.runtime import Runtime
 from orchestrator.core.errors import UsageError
@@ -74,17 +75,20 @@ async def bench_chaos(
     seed: int = 7,
     limit: float = 1800.0,
     workdir: str | None = None,
+    stall_seconds: float = STALL_SECONDS,
 ) -> ChaosFigures:
     """Run the chaos workload (see the module docstring) and return what it found.
 
     Faults (of ``kinds``) come every ``kill_every`` seconds, or ``faults`` of them spread over the
-    run's progress. ``store`` is the store's URL (default: a SQLite file in ``workdir``);
+    run's progress; the ``stall`` fault freezes its host for ``stall_seconds``. ``store`` is the
+    store's URL (default: a SQLite file in ``workdir``);
     ``restart_db`` restarts its PostgreSQL server (the ``db`` fault). With a ``driver`` or ``node``
     fault the run is a cluster of its own (``chaos_cluster``): this process must not be connected
     to a Ray already.
 
     Raises:
-        UsageError: an unknown kind, or a fault this run cannot inject (``db`` without ``restart_db``).
+        UsageError: an unknown kind, or a fault this run cannot inject (``db`` without ``restart_db``),
+            or a ``stall_seconds`` that is not positive.
     """
     unknown = sorted(set(kinds) - set(FAULT_KINDS))
     kinds = tuple(k for k in FAULT_KINDS if k in kinds)
@@ -92,20 +96,25 @@ async def bench_chaos(
         raise UsageError(f"faults must be some of {', '.join(FAULT_KINDS)}, not {unknown or 'none'}")
     if "db" in kinds and restart_db is None:
         raise UsageError("the db fault restarts a PostgreSQL server the run started itself: use --store postgres")
+    if not stall_seconds > 0:
+        raise UsageError(f"the stall fault freezes a host for a positive number of seconds, not {stall_seconds}")
     scratch = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-chaos-"))
     os.makedirs(scratch, exist_ok=True)
     url = store or f"sqlite:///{scratch}/chaos.db"
     figures = ChaosFigures(sessions, turns, kinds=kinds, store=store_label)
     plan = ChaosPlan(sessions, turns, concurrency, hosts, url, str(scratch))
     try:
-        if "driver" in kinds or "node" in kinds:
-            await run_cluster(
-                plan, figures, kill_every=kill_every, faults=faults, seed=seed, limit=limit, restart_db=restart_db
-            )
-        else:
-            await _run_local(
-                plan, figures, kill_every=kill_every, faults=faults, seed=seed, limit=limit, restart_db=restart_db
-            )
+        run = run_cluster if "driver" in kinds or "node" in kinds else _run_local
+        await run(
+            plan,
+            figures,
+            kill_every=kill_every,
+            faults=faults,
+            seed=seed,
+            limit=limit,
+            restart_db=restart_db,
+            stall_seconds=stall_seconds,
+        )
     finally:
         if workdir is None and figures.ok:  # a scratch directory of its own: kept only to look into a failure
             shutil.rmtree(scratch, ignore_errors=True)
@@ -123,8 +132,9 @@ async def _run_local(
     seed: int,
     limit: float,
     restart_db: Callable[[], None] | None,
+    stall_seconds: float,
 ) -> None:
-    """The run in this process's Ray (started unless it is connected to one): host, supervisor and db faults."""
+    """The run in this process's Ray (started unless it is connected to one): host, supervisor, stall, db."""
     scratch = Path(plan.workdir)
     turns, concurrency, hosts, url = plan.turns, plan.concurrency, plan.hosts, plan.store
     kinds = figures.kinds
@@ -138,7 +148,16 @@ async def _run_local(
         accepted: dict[str, list[str]] = defaultdict(list)
         gate = asyncio.Semaphore(concurrency)
         special = {"db": db_restart(rt.store, restart_db)} if restart_db is not None else {}
-        chaos = Faults(rt, figures, kinds, kill_every=kill_every, count=faults, seed=seed, special=special)
+        chaos = Faults(
+            rt,
+            figures,
+            kinds,
+            kill_every=kill_every,
+            count=faults,
+            seed=seed,
+            special=special,
+            stall_seconds=stall_seconds,
+        )
 
         async def one(session_id: str) -> bool:
             async with gate:
@@ -182,6 +201,7 @@ _FAULT_ROWS: Final = {
     "driver": "driver SIGKILL + new driver",
     "node": "node removed",
     "db": "PostgreSQL restart",
+    "stall": "host SIGSTOP + SIGCONT",
 }
 
 

@@ -47,7 +47,7 @@ from ray.cluster_utils import Cluster
 
 from actors.bench.chaos_views import SessionViews
 from actors.bench.chaos_work import ChaosFigures, ChaosPlan, chaos_agent, check_ledgers, check_sessions, drive_session
-from actors.bench.faults import Fault, Faults, answers_again, db_restart
+from actors.bench.faults import STALL_SECONDS, Fault, Faults, answers_again, db_restart
 from actors.runtime import Runtime
 from orchestrator.core.errors import TroupeError, UsageError
 
@@ -241,6 +241,7 @@ async def run_cluster(
     seed: int,
     limit: float,
     restart_db: Callable[[], None] | None,
+    stall_seconds: float = STALL_SECONDS,
 ) -> None:
     """Run the workload in a cluster of its own under the faults of ``figures.kinds``; fill in ``figures``.
 
@@ -284,7 +285,16 @@ async def run_cluster(
             special["node"] = _node_removal(rt, cluster, worker, lambda: chaos)
         if restart_db is not None:
             special["db"] = db_restart(rt.store, restart_db)
-        chaos = Faults(rt, figures, figures.kinds, kill_every=kill_every, count=faults, seed=seed, special=special)
+        chaos = Faults(
+            rt,
+            figures,
+            figures.kinds,
+            kill_every=kill_every,
+            count=faults,
+            seed=seed,
+            special=special,
+            stall_seconds=stall_seconds,
+        )
         ids = plan.session_ids()
         views = SessionViews(rt, chaos_agent(plan.workdir))
         await views.open_all(ids, concurrency=plan.concurrency)

@@ -1,10 +1,15 @@
 """The faults ``troupe bench chaos`` injects, one after another, and the time each took to heal.
 
-Five kinds (``FAULT_KINDS``):
+Six kinds (``FAULT_KINDS``):
 
 - ``host``: SIGKILL a random host process (a crash: no cleanup); healed when its name answers
   again from a new process. Timed beside the run: the next fault does not wait for it.
 - ``supervisor``: ``ray.kill`` the supervisor (Ray restarts it); healed when it answers again.
+- ``stall``: freeze a random host process (SIGSTOP) for ``stall_seconds``, then SIGCONT it: a GC
+  pause, a VM's stolen time, swapping. The host is not dead: healed when the same process answers
+  again, timed from the SIGCONT; one that answers from a new process was taken for dead (by Ray,
+  or the supervisor), which is ``unhealed``. Its sessions must simply resume, and a rerun that
+  came of it is unexplained (no process was killed).
 - ``driver``, ``node``, ``db``: given by the run as ``Fault`` callables (a driver process
   SIGKILLed and a new one joining; a node removed; the PostgreSQL server restarted), each of which
   injects its fault and returns once it healed.
@@ -28,9 +33,12 @@ from typing import Any, Final, Protocol
 
 import ray
 
-__all__ = ["FAULT_KINDS", "Fault", "Faults", "answers_again", "db_restart", "fault_plan"]
+__all__ = ["FAULT_KINDS", "STALL_SECONDS", "Fault", "Faults", "answers_again", "db_restart", "fault_plan"]
 
-FAULT_KINDS: Final = ("host", "supervisor", "driver", "node", "db")
+FAULT_KINDS: Final = ("host", "supervisor", "driver", "node", "db", "stall")
+
+STALL_SECONDS: Final = 3.0
+"""How long the ``stall`` fault freezes a host by default: a long GC pause, not a crash."""
 
 Fault = Callable[[], Awaitable[None]]
 """Injects one fault and returns once it healed."""
@@ -71,6 +79,7 @@ class Faults:
         seed: int,
         special: dict[str, Fault] | None = None,
         heal_limit: float = 300.0,
+        stall_seconds: float = STALL_SECONDS,
     ) -> None:
         self.rt = rt
         self.figures = figures
@@ -80,7 +89,9 @@ class Faults:
         self.special = dict(special or {})
         self.heal_limit = heal_limit
         """Seconds a fault may take to heal; one that takes longer is ``unhealed`` (the run fails)."""
-        missing = self.kinds - {"host", "supervisor"} - set(self.special)
+        self.stall_seconds = stall_seconds
+        """Seconds the ``stall`` fault keeps its host frozen (the heal limit starts after them)."""
+        missing = self.kinds - {"host", "supervisor", "stall"} - set(self.special)
         if missing:
             raise ValueError(f"no way to inject {sorted(missing)} in this run")
         self.random = random.Random(seed)
@@ -128,9 +139,12 @@ class Faults:
                     await self._kill_host()
                     continue
                 begun = time.monotonic()
-                fault = self._kill_supervisor if kind == "supervisor" else self.special[kind]
                 try:
-                    await asyncio.wait_for(fault(), self.heal_limit)
+                    if kind == "stall":  # timed from the SIGCONT: the freeze itself is the fault
+                        begun = await asyncio.wait_for(self._stall_host(), self.heal_limit + self.stall_seconds)
+                    else:
+                        fault = self._kill_supervisor if kind == "supervisor" else self.special[kind]
+                        await asyncio.wait_for(fault(), self.heal_limit)
                 except TimeoutError:
                     self.figures.unhealed.append(f"the {kind} fault did not heal within {self.heal_limit:g} s")
                     return
@@ -168,6 +182,32 @@ class Faults:
         finally:
             del self.healing[name]
 
+    async def _stall_host(self) -> float:
+        """The ``stall`` fault: SIGSTOP a host, SIGCONT it ``stall_seconds`` later; when it was continued.
+
+        Returns once the same process answers again. A host that answers from a new process was
+        taken for dead while frozen: that is ``unhealed`` (a stalled host must not be restarted).
+        """
+        await asyncio.gather(*self.healing.values())  # a host killed before is up again: every pid known
+        name = self.random.choice(self.rt.host_names)
+        pid = int((await answers_again(self.rt, name, lambda _: True))["pid"])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            if not await _stopped(pid):
+                self.figures.unhealed.append(f"host {name} (pid {pid}) did not stop on SIGSTOP")
+            await asyncio.sleep(self.stall_seconds)
+        finally:  # whatever happens to the run, the host is not left frozen
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        resumed = time.monotonic()
+        info = await answers_again(self.rt, name, lambda _: True)
+        if int(info["pid"]) != pid:
+            self.figures.unhealed.append(
+                f"host {name} answered from a new process after a {self.stall_seconds:g} s stall: "
+                "it was taken for dead while frozen"
+            )
+        return resumed
+
     async def _kill_supervisor(self) -> None:
         ray.kill(self.rt.supervisor, no_restart=False)
         while True:
@@ -177,18 +217,41 @@ class Faults:
             await asyncio.sleep(0.02)
 
 
-async def answers_again(rt: Any, name: str, healed: Callable[[dict[str, Any]], bool]) -> None:
-    """Return once host ``name`` answers ``ready`` with what ``healed`` accepts (a new process, a new node).
+async def answers_again(rt: Any, name: str, healed: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Return what host ``name`` answers ``ready`` with, once ``healed`` accepts it (a new process, a new node).
 
     Looked up by name every time: a host moved off a lost node is a new actor under the old name.
     """
     while True:
         with contextlib.suppress(Exception):  # the host is restarting (or not registered again yet): ask again
             rt.router.drop(name)
-            info = await asyncio.wait_for(rt.router.host(name).ready.remote(), 30)
+            info: dict[str, Any] = await asyncio.wait_for(rt.router.host(name).ready.remote(), 30)
             if healed(info):
-                return
+                return info
         await asyncio.sleep(0.02)
+
+
+async def _stopped(pid: int, *, within: float = 5.0) -> bool:
+    """Whether process ``pid`` shows as stopped within ``within`` seconds (taken as so without ``/proc``)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        state = _process_state(pid)
+        if state is None or state == "T":
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter ``/proc`` gives process ``pid`` (``T``: stopped); ``None`` where there is no ``/proc``.
+
+    A read of procfs, answered by the kernel at once: nothing to wait on.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as stat:  # "pid (name) state ...": the name may hold spaces, not ")"
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
 
 
 def db_restart(store: Any, restart: Callable[[], None]) -> Fault:

@@ -1,9 +1,9 @@
 """``troupe bench chaos``, small: sessions under every kind of fault keep every promise.
 
-A bounded run per fault: hosts SIGKILLed and the supervisor killed (in this process's Ray), the
-PostgreSQL server restarted (a private server), and, as a user runs them (the CLI in a process of
-its own: they start a Ray cluster of their own), the driver SIGKILLed and replaced, and a node
-removed. Faults are spread over the run's progress, so they land mid-run
+A bounded run per fault: hosts SIGKILLed, the supervisor killed and a host frozen (in this
+process's Ray), the PostgreSQL server restarted (a private server), and, as a user runs them (the
+CLI in a process of its own: they start a Ray cluster of their own), the driver SIGKILLed and
+replaced, and a node removed. Faults are spread over the run's progress, so they land mid-run
 however busy the machine. Every run also checks each session's live view against its log; that
 check is shown to catch a view that differs (a missing part, a repeated delta, a lost message).
 """
@@ -103,6 +103,30 @@ def test_sessions_on_a_removed_node_heal_on_the_remaining_one(tmp_path: Path) ->
     assert figures["ok"] and figures["finished"] == 8 and figures["lost_inputs"] == 0, figures
 
 
+@pytest.mark.slow
+async def test_a_stalled_host_resumes_its_sessions_and_every_live_view_ends_where_its_log_ends(
+    tmp_path: Path,
+) -> None:
+    figures = await bench_chaos(
+        sessions=10,
+        turns=3,
+        faults=2,  # a host kill at 1/3 of the turns, the stall at 2/3
+        kinds=("host", "stall"),
+        stall_seconds=3.0,
+        concurrency=10,
+        hosts=2,
+        limit=240,
+        workdir=str(tmp_path),
+    )
+    report = format_chaos(figures)
+    assert figures.injected == {"host": 1, "stall": 1} and len(figures.heal["stall"]) == 1, report
+    assert figures.ok and figures.finished == 10 and not figures.lost_inputs, report
+    # A frozen host is not dead: the same process answered (else it is unhealed), and nothing ran twice.
+    assert not figures.unhealed and not figures.unexplained_reruns and not figures.duplicate_reports, report
+    assert figures.views_checked == 10 and figures.view_mismatches == [], report
+    assert "heal: host SIGSTOP + SIGCONT" in report and "0 (of 10 checked)" in report, report
+
+
 def _conversation() -> SessionState:
     audit = NestedRun(PVec([AgentMessage("a-1", "assistant", (TextPart("a-1:0", "The books balance."),))]), "idle")
     reply = AgentMessage(
@@ -165,11 +189,12 @@ async def test_the_view_check_reports_a_live_view_that_differs_from_its_log(runt
 
 
 def test_the_fault_plan_puts_a_host_kill_between_the_others_then_kills_hosts_only() -> None:
-    plan = fault_plan({"host", "supervisor", "driver", "node", "db"})
-    assert [next(plan) for _ in range(10)] == [
-        "host", "supervisor", "host", "driver", "host", "node", "host", "db", "host", "host",
+    plan = fault_plan({"host", "supervisor", "driver", "node", "db", "stall"})
+    assert [next(plan) for _ in range(12)] == [
+        "host", "supervisor", "host", "driver", "host", "node", "host", "db", "host", "stall", "host", "host",
     ]  # fmt: skip
     assert list(fault_plan({"node", "db"})) == ["node", "db"]  # each other kind once, then the plan ends
+    assert list(fault_plan({"stall"})) == ["stall"]
 
 
 def test_the_journal_reads_whole_lines_only(tmp_path: Path) -> None:
@@ -186,7 +211,7 @@ def test_the_journal_reads_whole_lines_only(tmp_path: Path) -> None:
     ("args", "says"),
     [
         (["--faults", "db"], "add --store postgres"),
-        (["--faults", "host,earthquake"], "give some of host,supervisor,driver,node,db"),
+        (["--faults", "host,earthquake"], "give some of host,supervisor,driver,node,db,stall"),
     ],
 )
 def test_bench_chaos_refuses_a_fault_it_cannot_inject_before_starting_anything(args: list[str], says: str) -> None:

@@ -263,15 +263,19 @@ def bench_chaos_command(
     faults: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated kinds of fault: host,supervisor,driver,node,db "
-            "(default: all that apply to the store; db only with --store postgres)."
+            help="Comma-separated kinds of fault: host,supervisor,driver,node,db,stall "
+            "(default: all that apply to the store; db only with --store postgres). "
+            "stall freezes a host (SIGSTOP) for --stall-seconds, then continues it (SIGCONT)."
         ),
     ] = None,
+    stall_seconds: Annotated[
+        float, typer.Option(min=0.1, help="Seconds the stall fault keeps its host frozen (a long GC pause).")
+    ] = 3.0,
     limit: Annotated[float, typer.Option(min=1, help="Seconds the whole run may take before it fails.")] = 1800.0,
     seed: Annotated[int, typer.Option(help="Seed of the fault schedule (which host is killed).")] = 7,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
 ) -> None:
-    """Sessions under killed hosts, supervisor, driver, a removed node and a restarted database: nothing lost."""
+    """Sessions under killed hosts, supervisor and driver, a removed node, a restarted database, a frozen host."""
     from actors.bench.chaos import bench_chaos, format_chaos
     from actors.bench.faults import FAULT_KINDS
     from orchestrator.surfaces.bench.chaos_store import chaos_store
@@ -288,6 +292,7 @@ def bench_chaos_command(
     console.print(
         f"bench chaos: {sessions} sessions x {turns} turns, store {store}, faults {','.join(kinds)} "
         + (f"({spread} spread over the run)" if spread else f"(one every {kill_every:g} s)")
+        + (f", stalls of {stall_seconds:g} s" if "stall" in kinds else "")
     )
     with chaos_store(store) as (url, label, restart):
         figures = run_async(
@@ -304,6 +309,7 @@ def bench_chaos_command(
                 hosts=hosts,
                 seed=seed,
                 limit=limit,
+                stall_seconds=stall_seconds,
             )
         )
     console.print(format_chaos(figures), highlight=False, soft_wrap=True)

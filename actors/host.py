@@ -99,6 +99,9 @@ class HostOptions:
     """Seconds a sub-agent's batch may wait for others to share the parent's write."""
     poll_linger: float = 0.002
     """How long a long poll lingers after the first mutation, to gather a burst."""
+    interest_seconds: float = 30.0
+    """Seconds a poller not seen still counts as following (``MutationHub``): past that, a session's
+    appends are no longer kept for it, and it re-reads the snapshot when it comes back."""
     sqlite_writer: str = "inline"
     """How a host writes a SQLite store: ``thread`` (a writer thread) or ``inline`` (on its loop)."""
     switch_interval: float = 0.001
@@ -142,7 +145,7 @@ class SessionHost:
         self.cluster = cluster(name, options)
         self.store = store if store is not None else open_store(_with_writer(options.store, options.sqlite_writer))
         self.registry = AgentRegistry(self.store, self.cluster.codec)
-        self.hub = MutationHub(linger=options.poll_linger)
+        self.hub = MutationHub(linger=options.poll_linger, interest_seconds=options.interest_seconds)
         self.pacer = StreamPacer(options.flush_budget)
         # A process of its own hands the memory its deactivated sessions freed back (actors.memory).
         self.trim = TrimSchedule(every=-1 if options.extra.get("local") else options.trim_every)

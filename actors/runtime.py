@@ -122,6 +122,7 @@ class Runtime(BaseRuntime):
         ray_options: dict[str, Any] | None = None,
         owns: bool | None = None,
         trim_every: float = TRIM_EVERY,
+        interest_seconds: float = 30.0,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
             raise UsageError(f"placement must be 'pooled' or 'dedicated', not {placement!r}")
@@ -157,6 +158,9 @@ class Runtime(BaseRuntime):
         if isinstance(trim_every, bool) or not isinstance(trim_every, int | float):
             raise UsageError(f"trim_every must be a number of seconds (negative: never trim), not {trim_every!r}")
         self.trim_every = float(trim_every)
+        if isinstance(interest_seconds, bool) or not isinstance(interest_seconds, int | float) or interest_seconds <= 0:
+            raise UsageError(f"interest_seconds must be a positive number of seconds, not {interest_seconds!r}")
+        self.interest_seconds = float(interest_seconds)
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.owns = owns
@@ -242,6 +246,7 @@ class Runtime(BaseRuntime):
             nested_delay=self.nested_delay,
             sqlite_writer=self.sqlite_writer,
             trim_every=self.trim_every,
+            interest_seconds=self.interest_seconds,
             extra={"hosts": self.host_names, "children": self.children},
         )
         self.router = Router(self.namespace, self.host_names, self.placement, children=self.children)
@@ -365,6 +370,7 @@ class Runtime(BaseRuntime):
             "max_dedicated": self.max_dedicated,
             "dedicated_wait": self.dedicated_wait,
             "trim_every": self.trim_every,
+            "interest_seconds": self.interest_seconds,
         }
 
     # -- operations --------------------------------------------------------------------------------

@@ -32,3 +32,21 @@ def test_every_host_opens_the_same_files_whatever_its_working_directory(
     )
     with pytest.raises(UsageError, match="cannot be shared by Ray actors"):
         absolute_store("sharded://memory://|memory://")
+
+
+@pytest.mark.parametrize("seconds", [0, -1.0, True, "30"])
+def test_an_interest_that_is_not_a_positive_number_of_seconds_is_refused_when_the_runtime_is_made(
+    seconds: object,
+) -> None:
+    from actors.runtime import Runtime
+
+    with pytest.raises(UsageError, match="interest_seconds must be a positive number of seconds"):
+        Runtime(store="sqlite:////tmp/troupe-never-opened.db", interest_seconds=seconds)  # type: ignore[arg-type]
+
+
+def test_the_hosts_keep_mutations_for_a_poller_as_long_as_the_runtime_says() -> None:
+    from actors.host import HostOptions, SessionHost
+    from actors.local import InProcessCluster
+
+    options = HostOptions(store="memory://", namespace="n", interest_seconds=1.5, extra={"local": True})
+    assert SessionHost("h", options, InProcessCluster).hub.interest_seconds == 1.5

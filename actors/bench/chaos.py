@@ -76,11 +76,13 @@ async def bench_chaos(
     limit: float = 1800.0,
     workdir: str | None = None,
     stall_seconds: float = STALL_SECONDS,
+    interest_seconds: float = 30.0,
 ) -> ChaosFigures:
     """Run the chaos workload (see the module docstring) and return what it found.
 
     Faults (of ``kinds``) come every ``kill_every`` seconds, or ``faults`` of them spread over the
-    run's progress; the ``stall`` fault freezes its host for ``stall_seconds``. ``store`` is the
+    run's progress; the ``stall`` fault freezes its host for ``stall_seconds`` (longer than the
+    hosts' ``interest_seconds``, it makes the live views re-read their snapshot). ``store`` is the
     store's URL (default: a SQLite file in ``workdir``);
     ``restart_db`` restarts its PostgreSQL server (the ``db`` fault). With a ``driver`` or ``node``
     fault the run is a cluster of its own (``chaos_cluster``): this process must not be connected
@@ -102,7 +104,7 @@ async def bench_chaos(
     os.makedirs(scratch, exist_ok=True)
     url = store or f"sqlite:///{scratch}/chaos.db"
     figures = ChaosFigures(sessions, turns, kinds=kinds, store=store_label)
-    plan = ChaosPlan(sessions, turns, concurrency, hosts, url, str(scratch))
+    plan = ChaosPlan(sessions, turns, concurrency, hosts, url, str(scratch), interest_seconds)
     try:
         run = run_cluster if "driver" in kinds or "node" in kinds else _run_local
         await run(
@@ -139,7 +141,12 @@ async def _run_local(
     turns, concurrency, hosts, url = plan.turns, plan.concurrency, plan.hosts, plan.store
     kinds = figures.kinds
     started = start_local_ray("troupe-chaos")
-    rt = Runtime(store=url, namespace=f"chaos-{uuid.uuid4().hex[:6]}", hosts_per_node=hosts)
+    rt = Runtime(
+        store=url,
+        namespace=f"chaos-{uuid.uuid4().hex[:6]}",
+        hosts_per_node=hosts,
+        interest_seconds=plan.interest_seconds,
+    )
     await rt.start()
     agent = chaos_agent(str(scratch))
     views = SessionViews(rt, agent)
@@ -187,6 +194,7 @@ async def _run_local(
         await check_sessions(rt, agent, figures, ids, accepted)
         figures.views_checked = await views.check(ids)
         figures.view_mismatches.extend(views.mismatches)
+        figures.view_resets = views.resets
         check_ledgers(scratch, figures, chaos.killed_pids)
     finally:
         await views.close()
@@ -220,7 +228,11 @@ def format_chaos(figures: ChaosFigures) -> str:
             f"{figures.unexplained_reruns} not explained by a kill",
         ),
         ("logs whose fold differs", str(figures.fold_differs)),
-        ("live views off the log", f"{len(figures.view_mismatches)} (of {figures.views_checked} checked)"),
+        (
+            "live views off the log",
+            f"{len(figures.view_mismatches)} (of {figures.views_checked} checked; "
+            f"{figures.view_resets} snapshot re-read(s))",
+        ),
     ]
     for kind, heal in figures.heal_times().items():
         rows.append(

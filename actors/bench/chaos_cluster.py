@@ -109,7 +109,14 @@ async def _drive_all(plan: ChaosPlan, address: str, namespace: str) -> int:
     path = Path(plan.workdir) / JOURNAL
     journal = Journal(path)
     journal.poll()
-    rt = Runtime(store=plan.store, address=address, namespace=namespace, hosts_per_node=plan.hosts, owns=False)
+    rt = Runtime(
+        store=plan.store,
+        address=address,
+        namespace=namespace,
+        hosts_per_node=plan.hosts,
+        owns=False,
+        interest_seconds=plan.interest_seconds,
+    )
     await rt.start()
     pid = os.getpid()
     try:
@@ -276,7 +283,14 @@ async def run_cluster(
             ) from error
         address = cast(str, cluster.address)
         namespace = f"chaos-{uuid.uuid4().hex[:6]}"
-        rt = Runtime(store=plan.store, address=address, namespace=namespace, hosts_per_node=plan.hosts, owns=True)
+        rt = Runtime(
+            store=plan.store,
+            address=address,
+            namespace=namespace,
+            hosts_per_node=plan.hosts,
+            owns=True,
+            interest_seconds=plan.interest_seconds,
+        )
         await rt.start()
         journal = Journal(Path(plan.workdir) / JOURNAL)
         drivers = _Drivers(plan, address, namespace, journal)
@@ -326,6 +340,7 @@ async def run_cluster(
         await check_sessions(rt, chaos_agent(plan.workdir), figures, ids, accepted)
         figures.views_checked = await views.check(ids)
         figures.view_mismatches.extend(views.mismatches)
+        figures.view_resets = views.resets
         check_ledgers(Path(plan.workdir), figures, chaos.killed_pids)
     finally:
         if views is not None:

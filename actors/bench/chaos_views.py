@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from actors.client import LiveView
+from actors.mutation import Mutation
 from actors.runtime import Runtime
 from orchestrator.core.aistate import AIState
 from orchestrator.core.fold import fold_events
@@ -146,13 +147,22 @@ class SessionViews:
         self.views: dict[str, LiveView] = {}
         self.mismatches: list[ViewMismatch] = []
         """Views that could not open, did not reach the log's end, or differ from it."""
+        self.resets = 0
+        """Batches that told a view to re-read its snapshot (``reset``), over every view."""
 
     async def open(self, session_id: str) -> None:
         """Open the session's view (a view that cannot open is a mismatch: nothing checks it)."""
         try:
-            self.views[session_id] = await self.rt.session(session_id, agent=self.agent).live()
+            view = await self.rt.session(session_id, agent=self.agent).live()
         except Exception as error:  # a view the faults stopped from opening is a failure too
             self.mismatches.append(ViewMismatch(session_id, f"its live view did not open ({error!r})"))
+            return
+        view.listeners.append(self._count_resets)
+        self.views[session_id] = view
+
+    def _count_resets(self, batch: list[Mutation]) -> None:
+        if any(m.type == "reset" for m in batch):
+            self.resets += 1
 
     async def open_all(self, ids: Iterable[str], *, concurrency: int) -> None:
         """Open the views of ``ids``, ``concurrency`` at a time (before their sessions start)."""

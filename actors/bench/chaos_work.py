@@ -105,6 +105,9 @@ class ChaosFigures:
     fold_differs: int = 0
     views_checked: int = 0
     """Sessions whose live view, open for the whole run, was compared with the log (``chaos_views``)."""
+    view_resets: int = 0
+    """Times a live view was told to re-read its snapshot (a host restarted, or a poller not seen
+    for ``interest_seconds``): the path a view takes when it cannot be sent what it missed."""
     view_mismatches: list[ViewMismatch] = field(default_factory=list)
     """Live views that did not reach their log's end, or differ from it (each fails the run)."""
     kinds: tuple[str, ...] = ("host", "supervisor")
@@ -166,6 +169,8 @@ class ChaosPlan:
     hosts: int
     store: str
     workdir: str
+    interest_seconds: float = 30.0
+    """The hosts' ``interest_seconds`` (``HostOptions``): a stall longer than it crosses it."""
 
     def session_ids(self) -> list[str]:
         """The sessions' ids, in the order they start."""

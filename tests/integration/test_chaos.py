@@ -124,7 +124,33 @@ async def test_a_stalled_host_resumes_its_sessions_and_every_live_view_ends_wher
     # A frozen host is not dead: the same process answered (else it is unhealed), and nothing ran twice.
     assert not figures.unhealed and not figures.unexplained_reruns and not figures.duplicate_reports, report
     assert figures.views_checked == 10 and figures.view_mismatches == [], report
-    assert "heal: host SIGSTOP + SIGCONT" in report and "0 (of 10 checked)" in report, report
+    assert "heal: host SIGSTOP + SIGCONT" in report and "0 (of 10 checked;" in report, report
+
+
+@pytest.mark.slow
+async def test_a_stall_longer_than_the_hosts_interest_makes_views_re_read_their_snapshot_and_miss_nothing(
+    tmp_path: Path,
+) -> None:
+    # The frozen host's pollers were last seen before the freeze: past interest_seconds, the host
+    # keeps no mutations for them, and its first poll after the SIGCONT forgets them. Its sessions
+    # were mid-turn (the stall comes at half the turns), so they append after the SIGCONT: each
+    # view of one of them is told to re-read its snapshot, and must still end where its log ends.
+    figures = await bench_chaos(
+        sessions=10,
+        turns=3,
+        faults=1,
+        kinds=("stall",),
+        stall_seconds=3.0,
+        interest_seconds=1.0,
+        concurrency=10,
+        hosts=2,
+        limit=240,
+        workdir=str(tmp_path),
+    )
+    report = format_chaos(figures)
+    assert figures.injected == {"stall": 1} and figures.ok and figures.finished == 10, report
+    assert figures.views_checked == 10 and figures.view_mismatches == [], report
+    assert figures.view_resets >= 1, report
 
 
 def _conversation() -> SessionState:

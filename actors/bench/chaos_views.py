@@ -179,17 +179,16 @@ class SessionViews:
 
         Returns how many views were compared; the differences are in ``mismatches``.
         """
-        gate = asyncio.Semaphore(32)  # log reads and folds, a few at a time
+        gate = asyncio.Semaphore(32)  # log reads and folds, a few at a time (the waits all at once)
 
         async def one(session_id: str) -> bool:
             view = self.views.pop(session_id, None)
             if view is None:
                 return False
-            async with gate:
-                try:
-                    found = await self._compare(session_id, view)
-                finally:
-                    await view.close()
+            try:
+                found = await self._compare(session_id, view, gate)
+            finally:
+                await view.close()
             if found is not None:
                 self.mismatches.append(ViewMismatch(session_id, found))
             return True
@@ -197,21 +196,19 @@ class SessionViews:
         checked = await asyncio.gather(*(one(s) for s in ids))
         return sum(checked)
 
-    async def _compare(self, session_id: str, view: LiveView) -> str | None:
-        log = await self.rt.store.read(session_id)
-        last = log[-1].index if log else 0
+    async def _compare(self, session_id: str, view: LiveView, gate: asyncio.Semaphore) -> str | None:
+        last = await self.rt.store.last_index(session_id)
         try:
             await view.wait_for(lambda _: view.index >= last, timeout=self.wait)
         except TimeoutError:
             running = "following" if view.running else "stopped"
             return f"the view ({running}) reached index {view.index} of {last} within {self.wait:g} s"
         seen, confirmed, at = view.view.state, view.confirmed, view.index  # one moment: no await between
-        if at > last:  # appended since the read: the log through the view's index
+        async with gate:
             log = await self.rt.store.read(session_id)
-            last = log[-1].index if log else 0
-            if at > last:
-                return f"the view is at index {at}, past the log's last ({last})"
-        stored = fold_events((e for e in log if e.index <= at), None, None)
+            if at > (log[-1].index if log else 0):
+                return f"the view is at index {at}, past the log's last ({log[-1].index if log else 0})"
+            stored = fold_events((e for e in log if e.index <= at), None, None)
         found = describe_difference(seen, stored.session)
         if found is None:
             found = describe_turns(confirmed, stored)

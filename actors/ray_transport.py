@@ -2,7 +2,8 @@
 
 Every call follows its session's host across restarts and moves (``Router.on_host`` with the
 ``SESSION_CALL`` schedule; calls are idempotent, so a repeat is safe). Ray's actor errors stop
-here: a poll whose host died raises ``HostUnavailable``, which the client knows without Ray.
+here: a poll whose host died (or, being moved, has no actor under its name) raises ``HostUnavailable``,
+which the client knows without Ray.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ from actors.host import BATCHED_CALLS
 from actors.options import ACTOR_ERRORS
 from actors.outbox import Outbox
 from actors.retry import SESSION_CALL, RetriesExhausted
-from actors.router import Router
+from actors.router import HostNotFound, Router
 
 __all__ = ["RayTransport"]
+
+_HOST_GONE: tuple[type[Exception], ...] = (*ACTOR_ERRORS, HostNotFound)
+"""What a poll raises when its host died, is restarting, or is being moved (``HostNotFound``: the
+handle was dropped, by any caller whose call to it failed, and no actor holds the name yet)."""
 
 
 class RayTransport:
@@ -64,7 +69,9 @@ class RayTransport:
         """See ``Transport.poll``."""
         try:
             return await self.router.host(host).poll.remote(poller, changes, removed, timeout, full, waits)
-        except ACTOR_ERRORS as error:
+        except _HOST_GONE as error:
+            # Let out of here, a HostNotFound would end the poller's task, and every feed and turn
+            # wait on the host with it; the poller waits for the host and registers again instead.
             raise HostUnavailable(f"host {host!r} did not answer a poll ({type(error).__name__})") from error
 
     def wake(self, host: str, poller: str) -> None:

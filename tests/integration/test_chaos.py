@@ -73,6 +73,7 @@ async def test_sessions_survive_a_postgresql_restart_with_no_lost_input(tmp_path
     report = format_chaos(figures)
     assert figures.injected["db"] == 1 and 1 <= figures.injected["host"] <= 2, report  # as above
     assert figures.ok and figures.finished == 12 and not figures.lost_inputs, report
+    assert figures.views_checked == 12 and not figures.view_mismatches, report
     assert "heal: PostgreSQL restart" in report, report
 
 
@@ -85,6 +86,8 @@ def _cli_chaos(tmp_path: Path, faults: str, spread: int) -> dict[str, Any]:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures: dict[str, Any] = json.loads(out.read_text())
+    # The live views, held by the run's owner (no fault kills it), each ended where its log ends.
+    assert figures["views_checked"] == 8 and figures["view_mismatches"] == [], figures
     return figures
 
 

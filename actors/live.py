@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import replace
 from typing import Any, Generic, Protocol, TypeVar
 
 from actors.mutation import Mutation, StopResult
-from orchestrator.core.aistate import ActiveTurn, AIState, Inbox, InboxItem, Interaction, Receipt, StepState
+from orchestrator.core.aistate import ActiveTurn, AIState, Inbox, InboxItem, Interaction, Receipt, StepState, changed
 from orchestrator.core.commands import (
     Command,
     EditInput,
@@ -272,7 +271,7 @@ class LiveView(Generic[SessionT, TurnT]):
         elif kind == "usage":
             usage = mutation["usage"]
             known = known.with_(
-                usage=replace(
+                usage=changed(
                     known.usage, input_tokens=int(usage["inputTokens"]), output_tokens=int(usage["outputTokens"])
                 )
             )
@@ -447,7 +446,7 @@ def _with_turn(state: AIState, turn: Mapping[str, Any] | None, last: Mapping[str
                 wire_step.get("finishReason"),
             )
         if previous is not None and previous.id == turn["id"]:
-            active = replace(previous, input=tuple(turn["input"]), phase=turn["phase"], step=step)
+            active = changed(previous, input=tuple(turn["input"]), phase=turn["phase"], step=step)
         else:
             active = ActiveTurn(turn["id"], tuple(turn["input"]), turn["phase"], turn["messageId"], turns, step=step)
             turns += 1

@@ -104,19 +104,24 @@ class Journal:
 # -- a driver (its own process) -------------------------------------------------------------------------------
 
 
+def _runtime(plan: ChaosPlan, address: str, namespace: str, *, owns: bool) -> Runtime:
+    """A runtime on the run's own cluster: the owner's (``owns``: it stops the hosts) or a driver's."""
+    return Runtime(
+        store=plan.store,
+        address=address,
+        namespace=namespace,
+        hosts_per_node=plan.hosts,
+        owns=owns,
+        interest_seconds=plan.interest_seconds,
+    )
+
+
 async def _drive_all(plan: ChaosPlan, address: str, namespace: str) -> int:
     """Run every session's turns not done yet; 0 when every session got through them."""
     path = Path(plan.workdir) / JOURNAL
     journal = Journal(path)
     journal.poll()
-    rt = Runtime(
-        store=plan.store,
-        address=address,
-        namespace=namespace,
-        hosts_per_node=plan.hosts,
-        owns=False,
-        interest_seconds=plan.interest_seconds,
-    )
+    rt = _runtime(plan, address, namespace, owns=False)
     await rt.start()
     pid = os.getpid()
     try:
@@ -283,14 +288,7 @@ async def run_cluster(
             ) from error
         address = cast(str, cluster.address)
         namespace = f"chaos-{uuid.uuid4().hex[:6]}"
-        rt = Runtime(
-            store=plan.store,
-            address=address,
-            namespace=namespace,
-            hosts_per_node=plan.hosts,
-            owns=True,
-            interest_seconds=plan.interest_seconds,
-        )
+        rt = _runtime(plan, address, namespace, owns=True)
         await rt.start()
         journal = Journal(Path(plan.workdir) / JOURNAL)
         drivers = _Drivers(plan, address, namespace, journal)

@@ -117,6 +117,48 @@ class BaseRuntime:
         name = await self.transport.host_of(session.id)
         self._poller(name).add(subscription)
 
+    def turn_finished(self, session: Session, input_id: str) -> asyncio.Future[TurnOutcome]:
+        """``turn_outcome`` as a future: ``Turn.finished``.
+
+        Where the session's host is known and its agent registered (after a prompt, always), it
+        is a future fed by the poller's shared wait, with no task or coroutine of its own: every
+        prompt in flight holds one, and a task with its two frames, its context and the shield's
+        future and callbacks were ~1 KB of it. As with the shield, a caller that cancels its
+        future leaves the shared wait to the others.
+        """
+        name = self.transport.host_now(session.id) if session.agent_key in self._registered else None
+        if name is None:
+            return asyncio.ensure_future(self.turn_outcome(session, input_id))
+        outcome: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
+
+        def settle(waited: asyncio.Future[TurnOutcome | WaitFailed]) -> None:
+            if outcome.done():  # the caller gave up
+                if not waited.cancelled():
+                    waited.exception()  # retrieved: no "never retrieved" warning for a wait given up
+                return
+            if waited.cancelled():
+                outcome.cancel()
+                return
+            error = waited.exception()
+            if error is not None:
+                outcome.set_exception(error)
+                return
+            result = waited.result()
+            if isinstance(result, WaitFailed):  # e.g. the session moved to another host: ask it directly
+                asked = asyncio.ensure_future(self._ask_outcome(session, input_id))
+                asked.add_done_callback(lambda done: _copy(done, outcome))
+                return
+            outcome.set_result(result)
+
+        self._poller(name).wait(session, input_id).add_done_callback(settle)
+        return outcome
+
+    async def _ask_outcome(self, session: Session, input_id: str) -> TurnOutcome:
+        asked: TurnOutcome = await self.transport.call(
+            session.id, "wait_input", session.agent_key, input_id, TURN_WAIT_LIMIT
+        )
+        return asked
+
     async def turn_outcome(self, session: Session, input_id: str) -> TurnOutcome:
         """How the turn that admits ``input_id`` ended, delivered with the polls of its host."""
         await self.ready_agent(session.agent_key)
@@ -125,10 +167,7 @@ class BaseRuntime:
         # gives up (an HTTP ``wait`` that timed out, a retried request) must not cancel it for the rest.
         outcome = await asyncio.shield(self._poller(name).wait(session, input_id))
         if isinstance(outcome, WaitFailed):  # e.g. the session moved to another host: ask it directly
-            asked: TurnOutcome = await self.transport.call(
-                session.id, "wait_input", session.agent_key, input_id, TURN_WAIT_LIMIT
-            )
-            return asked
+            return await self._ask_outcome(session, input_id)
         return outcome
 
     def _poller(self, host: str) -> Poller:
@@ -170,3 +209,17 @@ class BaseRuntime:
     async def close(self) -> None:
         """Stop what this runtime started."""
         raise NotImplementedError
+
+
+def _copy(done: asyncio.Future[TurnOutcome], into: asyncio.Future[TurnOutcome]) -> None:
+    """``into`` ends as ``done`` did (unless its caller gave up on it first)."""
+    if into.done():  # given up
+        if not done.cancelled():
+            done.exception()
+        return
+    if done.cancelled():
+        into.cancel()
+    elif (error := done.exception()) is not None:
+        into.set_exception(error)
+    else:
+        into.set_result(done.result())

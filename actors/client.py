@@ -83,6 +83,10 @@ class SessionBackend(Protocol):
         """How the turn that admits ``input_id`` ended (waits until it has)."""
         ...
 
+    def turn_finished(self, session: Session, input_id: str) -> asyncio.Future[TurnOutcome]:
+        """``turn_outcome`` as a future (``Turn.finished``)."""
+        ...
+
     def subscribe(self, session: Session) -> Subscription:
         """A subscription to ``session``'s mutations from now on."""
         ...
@@ -104,7 +108,7 @@ class Turn:
         self.session = session
         self.id = input_id
         self.receipt = receipt
-        self._finished: asyncio.Task[TurnOutcome] | None = None
+        self._finished: asyncio.Future[TurnOutcome] | None = None
         self._turn_id: str | None = None
 
     async def turn_id(self) -> str | None:
@@ -136,21 +140,23 @@ class Turn:
         return await self.session.steer(text, id=id, turn_id=turn_id)
 
     @property
-    def finished(self) -> asyncio.Task[TurnOutcome]:
+    def finished(self) -> asyncio.Future[TurnOutcome]:
         """Resolves to the ``TurnOutcome`` (success, outcome, text, error) once the turn has ended.
 
         A prompt the session rejected (its id was used before, in another session or with other
         text) never enters a turn: ``finished`` resolves at once, ``removed``, with the reason.
+        Cancelling it gives up this wait only: the turn goes on.
         """
         if self._finished is None:
-            self._finished = asyncio.ensure_future(self._outcome())
+            receipt = self.receipt
+            if receipt is not None and receipt.outcome == "rejected":
+                self._finished = asyncio.get_running_loop().create_future()
+                self._finished.set_result(
+                    TurnOutcome("", "removed", "", error=f"the prompt {self.id!r} was rejected ({receipt.reason})")
+                )
+            else:
+                self._finished = self.session.runtime.turn_finished(self.session, self.id)
         return self._finished
-
-    async def _outcome(self) -> TurnOutcome:
-        receipt = self.receipt
-        if receipt is not None and receipt.outcome == "rejected":
-            return TurnOutcome("", "removed", "", error=f"the prompt {self.id!r} was rejected ({receipt.reason})")
-        return await self.session.runtime.turn_outcome(self.session, self.id)
 
 
 class Queue:

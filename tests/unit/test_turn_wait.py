@@ -77,7 +77,7 @@ class HeldModel:
         yield StepFinish(None, "stop")
 
 
-async def held_turn(rt: LocalRuntime, session_id: str) -> tuple[HeldModel, asyncio.Task[Any]]:
+async def held_turn(rt: LocalRuntime, session_id: str) -> tuple[HeldModel, asyncio.Future[Any]]:
     """A turn that runs until the test opens its model's gate, and a client waiting on it through the polls."""
     assert rt.host is not None
     model = HeldModel()
@@ -188,3 +188,22 @@ async def test_a_settled_outcome_ends_a_waiting_poll_and_is_sent_once() -> None:
     assert hub.take_outcomes("p") == {}
     hub.settle("gone", "in-2", "ignored")  # a poller this hub does not know: dropped
     assert not hub.knows("gone")
+
+
+async def test_finished_is_a_future_fed_by_the_shared_wait_and_giving_up_leaves_it_to_the_others(
+    rt: LocalRuntime,
+) -> None:
+    # Every prompt in flight holds its ``finished``: a task with two coroutine frames, a context
+    # and a shield was ~1 KB of a client's memory per turn. It is a plain future now.
+    model, waiting = await held_turn(rt, "given-up")
+    assert not isinstance(waiting, asyncio.Task)
+    session = rt.session("given-up", agent=Agent("held", "x", model))
+    poller = next(iter(rt._pollers.values()))
+    input_id = next(iter(poller.waits))
+    other = rt.turn_finished(session, input_id)  # a second waiter on the same turn (an HTTP wait, say)
+    waiting.cancel()  # the first gives up: the shared wait goes on
+    assert not poller.waits[input_id][2].cancelled()
+    model.gate.open()
+    result = await asyncio.wait_for(other, TIMEOUT)
+    assert (result.outcome, result.text) == ("completed", "Held.")
+    assert waiting.cancelled()

@@ -186,7 +186,8 @@ def session_router(ctx: Context) -> APIRouter:
             raise _reused(turn.receipt)
         closing = asyncio.ensure_future(ctx.closing.wait())  # the server stops: answer now
         try:
-            await asyncio.wait({turn.finished, closing}, timeout=body.timeout, return_when=asyncio.FIRST_COMPLETED)
+            racing: set[asyncio.Future[Any]] = {turn.finished, closing}
+            await asyncio.wait(racing, timeout=body.timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             closing.cancel()
         if not turn.finished.done():

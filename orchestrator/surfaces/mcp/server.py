@@ -52,7 +52,8 @@ def _runner(runtime: BaseRuntime, agent: Agent) -> Any:
             try:
                 while not finished.done():
                     batch = asyncio.ensure_future(subscription.next_batch())
-                    await asyncio.wait({batch, finished}, return_when=asyncio.FIRST_COMPLETED)
+                    racing: set[asyncio.Future[Any]] = {batch, finished}
+                    await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
                     if not batch.done():
                         batch.cancel()
                         with contextlib.suppress(BaseException):

@@ -158,7 +158,8 @@ class LiveView(Generic[SessionT, TurnT]):
         self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []
         self._known = AIState()  # the snapshot, kept current from mutations (but the conversation)
         self._pending: list[Command] = []
-        self._answered: set[str] = set()  # pending commands whose receipt came back applied
+        self._answered: set[str] | None = None
+        """Pending commands whose receipt came back applied (made at the first: an empty set is 216 bytes a view)."""
         self._shown: AIState | None = None  # ``state``, computed when read
         self.index = 0
         """The log index ``confirmed`` reflects (past the last mutation's when later events changed nothing shown)."""
@@ -284,13 +285,15 @@ class LiveView(Generic[SessionT, TurnT]):
         if not self._answered:
             return
         confirmed = self.confirmed
-        done = {c.id for c in self._pending if c.id in self._answered and settled(confirmed, c)}
+        answered = self._answered
+        done = {c.id for c in self._pending if c.id in answered and settled(confirmed, c)}
         if done:
             self._drop(done)
 
     def _drop(self, ids: set[str]) -> None:
         self._pending = [c for c in self._pending if c.id not in ids]
-        self._answered -= ids
+        if self._answered is not None:
+            self._answered -= ids
         self._shown = None
         self.changed.set()
 
@@ -313,6 +316,8 @@ class LiveView(Generic[SessionT, TurnT]):
         if receipt is None or receipt.outcome != "applied":
             self._drop({command.id})  # rejected, or nothing to address: roll the display back
         else:
+            if self._answered is None:
+                self._answered = set()
             self._answered.add(command.id)
             self._settle()
         return result

@@ -83,6 +83,7 @@ async def test_a_followed_session_and_its_sub_agent_keep_no_empty_sets(rt: Local
                 assert not _empty_sets(part), f"{runner.session_id}: {type(part).__name__}: {_empty_sets(part)}"
         channel = host.hub._channels["shop-sets"]
         assert len(channel.pollers) == 1 and not isinstance(channel.pollers, set)
+        assert not _empty_sets(view)  # the client's side too: a live view per followed session
     finally:
         await view.close()
 

@@ -132,12 +132,23 @@ class BaseRuntime:
         outcome: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
 
         def settle(waited: asyncio.Future[TurnOutcome | WaitFailed]) -> None:
-            answered = not outcome.done() and not waited.cancelled() and waited.exception() is None
-            if answered and isinstance(waited.result(), WaitFailed):  # e.g. the session moved: ask its host directly
+            if outcome.done():  # the caller gave up
+                if not waited.cancelled():
+                    waited.exception()  # retrieved: no "never retrieved" warning for a wait given up
+                return
+            if waited.cancelled():
+                outcome.cancel()
+                return
+            error = waited.exception()
+            if error is not None:
+                outcome.set_exception(error)
+                return
+            result = waited.result()
+            if isinstance(result, WaitFailed):  # e.g. the session moved to another host: ask it directly
                 asked = asyncio.ensure_future(self._ask_outcome(session, input_id))
                 asked.add_done_callback(lambda done: _copy(done, outcome))
-            else:
-                _copy(waited, outcome)  # type: ignore[arg-type]  # not a WaitFailed here
+                return
+            outcome.set_result(result)
 
         self._poller(name).wait(session, input_id).add_done_callback(settle)
         return outcome
@@ -204,7 +215,7 @@ def _copy(done: asyncio.Future[TurnOutcome], into: asyncio.Future[TurnOutcome]) 
     """``into`` ends as ``done`` did (unless its caller gave up on it first)."""
     if into.done():  # given up
         if not done.cancelled():
-            done.exception()  # retrieved: no "never retrieved" warning for a wait given up
+            done.exception()
         return
     if done.cancelled():
         into.cancel()

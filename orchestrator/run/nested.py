@@ -51,11 +51,8 @@ class InboxHost(Protocol):
     """How long the first held batch waits for company before it asks for a write."""
     pacer: StreamPacer
     """The process's stream-write budget: under load the wait grows to its pace."""
-
-    @property
-    def _draining(self) -> bool:
-        """Whether a write is being assembled or in flight (it takes the held batches along)."""
-        ...
+    _draining: bool
+    """Whether a write is being assembled or in flight (it takes the held batches along)."""
 
     def _request_drain(self) -> None:
         """Ask the session for its next write (which calls ``take``)."""

@@ -151,6 +151,7 @@ class SessionRunner:
         self._cancelling = False
         self._waiters = 0
         self._queue: list[tuple[Sequence[Event], asyncio.Future[list[Applied]]]] = []
+        self._draining = False
         self._drainer: asyncio.Task[None] | None = None
         """The pump's task while it runs (one at a time)."""
         self._background: set[asyncio.Task[Any]] | None = None
@@ -208,13 +209,9 @@ class SessionRunner:
         self._request_drain()
         return future
 
-    @property
-    def _draining(self) -> bool:
-        """Whether the pump is assembling a write or has one in flight."""
-        return self._drainer is not None
-
     def _request_drain(self) -> None:
-        if self._drainer is None and not self._closed:
+        if not self._draining and not self._closed:
+            self._draining = True
             self._drainer = asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
@@ -247,6 +244,7 @@ class SessionRunner:
                         if not future.done():
                             future.set_result(applied)
         finally:
+            self._draining = False
             self._drainer = None  # it ends now: nothing awaits here any more
             if self._queue and not self._closed:
                 self._request_drain()

@@ -61,6 +61,9 @@ class _Poller:
     """Followed sessions with something to send."""
     event: asyncio.Event = field(default_factory=asyncio.Event)
     seen: float = 0.0
+    """When its client last polled: at a poll's start and end (see ``waiting``)."""
+    waiting: bool = False
+    """A poll of it waits here for news now: its client is there, however long ago it was sent."""
     outcomes: dict[str, Any] = field(default_factory=dict)
     """Turns its client waits on that have ended: input id -> how the turn ended."""
 
@@ -84,7 +87,7 @@ class MutationHub:
             return False
         since = time.monotonic() - self.interest_seconds
         pollers = self._pollers
-        return any((p := pollers.get(pid)) is not None and p.seen >= since for pid in channel.pollers)
+        return any((p := pollers.get(pid)) is not None and (p.waiting or p.seen >= since) for pid in channel.pollers)
 
     def publish(self, session_id: str, index: int, mutations: list[Mutation]) -> None:
         """Record one append's mutations and wake the pollers of this session."""
@@ -215,17 +218,21 @@ class MutationHub:
             self._follow(poller_id, poller, session_id, after, index_of.get(session_id, 0))
         if not poller.dirty and not poller.outcomes and timeout > 0 and not changes:
             # The event stays set from a publish or a wake that came before this poll: no wait then.
+            # A poll waiting here counts as interest however long it waits: past interest_seconds
+            # (a short one, or a host frozen by a stall) its client is still there for the news.
             self._waiting += 1
+            poller.waiting = True
             try:
                 await asyncio.wait_for(poller.event.wait(), timeout)
             except TimeoutError:
                 return {}
             finally:
                 self._waiting -= 1
+                poller.waiting = False
+                poller.seen = time.monotonic()
             if self.linger > 0:
                 await asyncio.sleep(self.linger)  # let the rest of a burst arrive: fewer, larger replies
         poller.event.clear()
-        poller.seen = time.monotonic()
         return self._collect(poller)
 
     def _follow(self, poller_id: str, poller: _Poller, session_id: str, after: int, index: int) -> None:
@@ -301,7 +308,7 @@ class MutationHub:
             return
         self._swept = now
         since = now - self.interest_seconds
-        for pid in [pid for pid, p in self._pollers.items() if p.seen < since]:
+        for pid in [pid for pid, p in self._pollers.items() if p.seen < since and not p.waiting]:
             poller = self._pollers.pop(pid)
             for session_id in list(poller.cursors):
                 self._unfollow(pid, poller, session_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from actors.hub import MutationHub
 from actors.router import rendezvous, root_of
@@ -113,6 +114,27 @@ async def test_follow_registers_a_known_poller_from_an_index_without_waking_it()
     await eventually(lambda: hub.stats()["waiting"] == 1, 1, what="the poll waits: following told it nothing")
     hub.publish("s", 5, [m(5, "a")])
     assert await asyncio.wait_for(waiting, 1) == {"s": (5, [m(5, "a")])}  # everything after the index
+
+
+async def test_a_poll_waiting_longer_than_the_interest_keeps_it_and_gets_the_news_itself() -> None:
+    # A poll waits up to 5 s: with a shorter interest_seconds (or a host frozen for longer by a
+    # stall), its poller was last seen longer ago than that. Its client is still there: the host
+    # must keep the session's mutations for it, and neither the sweep nor an append may count it
+    # gone (before, the append only noted its index, and the waiting view had to re-read its snapshot).
+    hub = MutationHub(linger=0, interest_seconds=0.05)
+    await hub.poll("p", {"s": -1}, [], 0, {"s": 0}, full=True)
+    waiting = asyncio.ensure_future(hub.poll("p", {}, [], 5.0, {}))
+    await eventually(lambda: hub.stats()["waiting"] == 1, 1, what="the poll waits")
+    await asyncio.sleep(0.2)  # four times the interest
+    assert hub.interested("s")
+    hub._sweep(time.monotonic())
+    assert hub.knows("p")
+    hub.publish("s", 1, [m(1, "a")])
+    assert await asyncio.wait_for(waiting, 1) == {"s": (1, [m(1, "a")])}
+    # Its poll over, the poller is seen now: a client that does not poll again loses interest.
+    assert hub.interested("s")
+    await asyncio.sleep(0.1)
+    assert not hub.interested("s")
 
 
 async def test_a_poller_back_after_appends_that_nobody_kept_gets_a_reset_not_a_gap() -> None:

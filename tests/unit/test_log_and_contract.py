@@ -21,6 +21,7 @@ from orchestrator.core.optimistic import optimistic
 from orchestrator.core.plan import Append, next_effect
 from orchestrator.core.snapshot import decode_state, encode_state, snapshot_key
 from orchestrator.core.stream import TextDelta, ToolCall
+from orchestrator.run import log as log_module
 from orchestrator.run.log import SessionLog
 from orchestrator.store import EventStore, SqliteStore, open_store
 
@@ -120,6 +121,32 @@ async def test_state_at_folds_to_any_point_of_the_log() -> None:
 
 def _store(backend: str, tmp_path: Path) -> EventStore:
     return open_store("memory://" if backend == "memory" else f"sqlite:///{tmp_path / 'log.db'}")
+
+
+async def test_a_log_opens_in_one_read_where_the_store_can_and_asks_which_once_per_store_class(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whether a store is a LogLoader is a runtime protocol check (~4 µs each): asked once per
+    # store class, not at every session a host opens.
+    monkeypatch.setattr(log_module, "_LOADERS", {})
+    sqlite, memory = _store("sqlite", tmp_path), _store("memory", tmp_path)
+    loads: list[str] = []
+    load_log = sqlite.load_log  # type: ignore[attr-defined]
+
+    async def counted(session_id: str, key: str) -> Any:
+        loads.append(session_id)
+        return await load_log(session_id, key)
+
+    monkeypatch.setattr(sqlite, "load_log", counted)
+    for store in (sqlite, memory):
+        for session_id in ("s-1", "s-2"):
+            log = await SessionLog.open(store, session_id)
+            await submit(log, SendInput(f"u-{session_id}", "hi"))
+            assert [m.text for m in (await SessionLog.open(store, session_id)).state.session.messages] == ["hi"]
+    assert loads == ["s-1", "s-1", "s-2", "s-2"]  # SQLite's opens took one read each; memory has none
+    assert log_module._LOADERS == {type(sqlite): True, type(memory): False}
+    await sqlite.close()
+    await memory.close()
 
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])  # SQLite loads a log in one read (LogLoader)

@@ -27,6 +27,7 @@ import structlog
 
 from actors.dedicated import Actors, DedicatedLimits, DedicatedPool
 from actors.host import SessionHost
+from actors.live_sessions import LiveSessions
 from actors.logs import default_logging
 from actors.options import ACTOR_ERRORS, host_actor
 from actors.ray_cluster import RayCluster
@@ -78,8 +79,7 @@ class Supervisor:
         self.host_options = host_options
         self.warm = warm
         self.router = Router(namespace, hosts, placement)
-        self.directory: dict[str, dict[str, Any]] = {}
-        self.by_host: dict[str, set[str]] = {}
+        self.directory = LiveSessions()
         self._versions: dict[str, tuple[float, int]] = {}
         self.recoveries: list[dict[str, Any]] = []
         self._watching: dict[str, asyncio.Task[None]] = {}
@@ -207,7 +207,7 @@ class Supervisor:
         for name in self.hosts:
             with contextlib.suppress(*_ACTOR_ERRORS, ValueError, TimeoutError):
                 entries = await asyncio.wait_for(self.router.host(name).sessions.remote(), 5.0)
-                self._replace(name, entries)
+                self.directory.replace(name, entries)
         return len(self.directory)
 
     # -- the directory ---------------------------------------------------------------------------------
@@ -217,27 +217,15 @@ class Supervisor:
         if tuple(version) <= self._versions.get(host, (-1.0, -1)):
             return  # a late report: a newer one already arrived
         self._versions[host] = tuple(version)  # type: ignore[assignment]
-        self._replace(host, entries)
-
-    def _replace(self, host: str, entries: dict[str, str]) -> None:
-        previous = self.by_host.get(host, set())
-        current = set(entries)
-        for session_id in previous - current:
-            if self.directory.get(session_id, {}).get("host") == host:
-                del self.directory[session_id]
-        for session_id, agent in entries.items():
-            parent = session_id.rsplit("/", 1)[0] if "/" in session_id else None
-            self.directory[session_id] = {"host": host, "agent": agent, "parent": parent}
-        self.by_host[host] = current
+        self.directory.replace(host, entries)
 
     async def where(self, session_id: str) -> dict[str, Any] | None:
-        """The directory entry of a live session."""
-        return self.directory.get(session_id)
+        """The directory entry of a live session: ``host``, ``agent`` and ``parent``."""
+        return self.directory.where(session_id)
 
     async def tree(self, session_id: str) -> list[str]:
         """A session and its live descendants."""
-        prefix = session_id + "/"
-        return [session_id, *sorted(s for s in self.directory if s.startswith(prefix))]
+        return self.directory.tree(session_id)
 
     async def info(self) -> dict[str, Any]:
         """What the supervisor knows."""
@@ -318,12 +306,12 @@ class Supervisor:
     async def control_tree(self, session_id: str, action: str, when: str = "now") -> list[str]:
         """Pause, resume or stop ``session_id``'s live descendants (the session itself is the caller's)."""
         touched = []
-        for child in (await self.tree(session_id))[1:]:
+        for child in self.directory.tree(session_id)[1:]:
             entry = self.directory.get(child)
             if entry is None:
                 continue
             with contextlib.suppress(*_ACTOR_ERRORS):
-                await self.router.host(entry["host"]).control.remote(child, action, when)
+                await self.router.host(entry.host).control.remote(child, action, when)
                 touched.append(child)
         return touched
 

@@ -394,6 +394,7 @@ class Subscription:
         self.placing: asyncio.Future[None] | None = None
         """Finding the session's host first (dedicated placement may wait for an actor); ``None``: known."""
         self._release = release
+        self._sink: Callable[[list[Mutation] | None], None] | None = None
 
     async def ready(self, timeout: float = 30.0) -> int:
         """Wait until the host has registered this subscription; returns the index it starts after.
@@ -411,9 +412,24 @@ class Subscription:
         await asyncio.wait_for(self.registered.wait(), timeout)
         return self.cursor
 
+    def attach(self, sink: Callable[[list[Mutation] | None], None]) -> None:
+        """Hand every batch to ``sink`` as it comes (those waiting first), and ``None`` at the close.
+
+        What a ``LiveView`` does: it applies each batch in the poller's own call, so it keeps no
+        task, and no batch waits in the queue. ``sink`` must not raise (other feeds share the call).
+        """
+        queue = self.queue
+        while not queue.empty():
+            sink(queue.get_nowait())
+        self._sink = sink
+
     def feed(self, mutations: list[Mutation]) -> None:
         """Called by the poller with a batch."""
-        self.queue.put_nowait(mutations)
+        sink = self._sink
+        if sink is not None:
+            sink(mutations)
+        else:
+            self.queue.put_nowait(mutations)
 
     async def next_batch(self, timeout: float | None = None) -> list[Mutation] | None:
         """The next batch, or ``None`` once closed; raises ``TimeoutError`` after ``timeout``."""
@@ -441,7 +457,11 @@ class Subscription:
     def close(self) -> None:
         """Stop receiving."""
         self._release(self)
-        self.queue.put_nowait(None)
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink(None)
+        else:
+            self.queue.put_nowait(None)
 
     async def __aenter__(self) -> Subscription:
         return self

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from actors.mutation import Mutation, StopResult
@@ -155,6 +155,13 @@ class LiveView(Generic[SessionT, TurnT]):
         self.changed = Flag()
         self._subscription: _Feed | None = None
         self._task: asyncio.Task[None] | None = None
+        """What awaits for the view: a snapshot re-read, an async listener, or a feed that cannot push."""
+        self._backlog: list[list[Mutation] | None] | None = None
+        """Batches that came while ``_task`` awaits, applied after it in order (``None``: nothing awaits)."""
+        self._pump: asyncio.Task[None] | None = None
+        """Reads a feed that cannot push (``batches`` only) into ``_deliver``."""
+        self._following = False
+        self._error: Exception | None = None
         self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []
         self._known = AIState()  # the snapshot, kept current from mutations (but the conversation)
         self._pending: list[Command] = []
@@ -178,12 +185,21 @@ class LiveView(Generic[SessionT, TurnT]):
             await self._subscription.ready()
             snapshot = await self.session.state()
         self._adopt(snapshot)
-        self._task = asyncio.ensure_future(self._run())
+        self._following = True
+        # A feed that pushes (``Subscription.attach``: given every batch, and ``None`` at its close)
+        # costs the view no task; any other is read by one.
+        attach: Callable[[Callable[[list[Mutation] | None], None]], None] | None = getattr(
+            self._subscription, "attach", None
+        )
+        if attach is not None:
+            attach(self._deliver)
+        else:
+            self._pump = asyncio.ensure_future(self._read(self._subscription))
 
     @property
     def running(self) -> bool:
         """Whether the view still follows the session (started, and not closed)."""
-        return self._task is not None and not self._task.done()
+        return self._following
 
     # -- the three views -----------------------------------------------------------------------------
 
@@ -219,33 +235,108 @@ class LiveView(Generic[SessionT, TurnT]):
         self.indicator = snapshot.state.indicator
         self._settle()
 
-    async def _run(self) -> None:
-        assert self._subscription is not None
-        try:
-            async for batch in self._subscription.batches():
-                await self._take(batch)
-                del batch  # not held while the next one is awaited (``Subscription.batches``)
-        finally:
-            # A listener is usually a bound method of an object that holds this view (an HTTP
-            # server's ``Followed``, the terminal chat): kept after the view stopped, the two would
-            # be a reference cycle, freed only by the cyclic collector (``test_no_cycles``).
-            self.listeners.clear()
+    # A batch is applied when it comes, in the poller's own call (``_deliver``): a view keeps no
+    # task, and no batch waits in a queue for one. Only what must await (a reset's snapshot, an
+    # async listener) runs in a task, and the batches that come meanwhile wait for it, in order.
 
-    async def _take(self, batch: list[Mutation]) -> None:
-        """Apply one batch, tell the listeners, and wake whoever waits on ``changed``."""
-        if any(m.type == "reset" for m in batch):
-            await self._snapshot()
-        else:
-            for mutation in batch:
-                if self.view.apply(mutation):
-                    self._track(mutation)
+    def _deliver(self, batch: list[Mutation] | None) -> None:
+        """The feed's next batch (``None``: it closed). Never raises: the feed serves other views."""
+        if self._backlog is not None:
+            self._backlog.append(batch)
+            return
+        try:
+            if batch is None:
+                self._end()
+            elif any(m.type == "reset" for m in batch):
+                self._await(self._take(batch))
+            else:
+                self._apply(batch)
+                self._tell(batch, 0)
+        except Exception as error:
+            self._fail(error)
+
+    def _apply(self, batch: list[Mutation]) -> None:
+        for mutation in batch:
+            if self.view.apply(mutation):
+                self._track(mutation)
         self.index = max(self.index, self.view.index, getattr(batch, "cursor", -1))
         self._shown = None
-        for listener in self.listeners:
-            result = listener(batch)
+
+    def _tell(self, batch: list[Mutation], start: int) -> None:
+        """Call the listeners from ``start`` on; from an async one on, the rest runs in a task."""
+        listeners = self.listeners
+        position = start
+        while position < len(listeners):
+            result = listeners[position](batch)
+            position += 1
             if asyncio.iscoroutine(result):
-                await result
+                self._await(self._told(result, batch, position))
+                return
         self.changed.set()
+
+    async def _told(self, result: Awaitable[None], batch: list[Mutation], start: int) -> None:
+        """Await ``result`` (an async listener's), then call the listeners from ``start`` on."""
+        await result
+        listeners = self.listeners
+        position = start
+        while position < len(listeners):
+            returned = listeners[position](batch)
+            position += 1
+            if asyncio.iscoroutine(returned):
+                await returned
+        self.changed.set()
+
+    async def _take(self, batch: list[Mutation]) -> None:
+        """Apply one batch (a reset re-reads the snapshot), tell the listeners, wake ``changed``."""
+        if any(m.type == "reset" for m in batch):
+            await self._snapshot()
+            self.index = max(self.index, getattr(batch, "cursor", -1))
+            self._shown = None
+        else:
+            self._apply(batch)
+        await self._told(_done(), batch, 0)
+
+    def _await(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in a task; batches that come meanwhile wait in ``_backlog``."""
+        self._backlog = []
+        self._task = asyncio.ensure_future(self._catch_up(work))
+
+    async def _catch_up(self, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+            backlog = self._backlog
+            while backlog:
+                batch = backlog.pop(0)
+                if batch is None:
+                    self._end()
+                    return
+                await self._take(batch)
+                del batch  # not held while the next one is awaited
+        except Exception as error:
+            self._fail(error)
+        finally:
+            self._backlog = None
+
+    async def _read(self, feed: _Feed) -> None:
+        """A feed that cannot push (``batches`` only): its batches into ``_deliver``."""
+        async for batch in feed.batches():
+            self._deliver(batch)
+            del batch  # not held while the next one is awaited (``Subscription.batches``)
+        self._deliver(None)
+
+    def _end(self) -> None:
+        self._following = False
+        # A listener is usually a bound method of an object that holds this view (an HTTP
+        # server's ``Followed``, the terminal chat): kept after the view stopped, the two would
+        # be a reference cycle, freed only by the cyclic collector (``test_no_cycles``).
+        self.listeners.clear()
+
+    def _fail(self, error: Exception) -> None:
+        """A batch could not be applied, or a listener raised: stop following (``close`` raises it)."""
+        self._error = error
+        self._end()
+        if self._subscription is not None:
+            self._subscription.close()
 
     def _track(self, mutation: Mutation) -> None:
         """Keep ``confirmed`` current past the conversation, and settle what the mutation confirms."""
@@ -377,12 +468,18 @@ class LiveView(Generic[SessionT, TurnT]):
         return await asyncio.wait_for(wait(), timeout)
 
     async def close(self) -> None:
-        """Stop following the session."""
+        """Stop following the session; raises what stopped it, if a batch or a listener failed."""
         if self._subscription is not None:
             self._subscription.close()
-        if self._task is not None:
+        if self._pump is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pump
+        while self._task is not None and not self._task.done():
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
 
 
 class LiveQueue:
@@ -419,6 +516,10 @@ class LiveQueue:
         command = SendNow(id or new_id("sendnow"), input_id, observed)
         queue = self._live.session.queue
         return await self._live._through(command, lambda: queue.send_now(input_id, observed, id=command.id), _same)
+
+
+async def _done() -> None:
+    """Nothing to await (``_told`` from the first listener)."""
 
 
 def _same(receipt: Receipt) -> Receipt:

@@ -179,7 +179,10 @@ class Poller:
                 self._resets.discard(session_id)
                 batch.insert(0, Mutation(type="reset", index=cursor))
             advanced = cursor > previous >= 0  # an empty batch still tells how far the log went
-            for sub in self.subscribers.get(session_id, []):
+            subs = self.subscribers.get(session_id, ())
+            # A live view applies its batch in this call (``Subscription.attach``): one that closes
+            # a subscription of this session meanwhile must not make the loop skip the next one.
+            for sub in subs if len(subs) < 2 else tuple(subs):
                 if not sub.registered.is_set():
                     sub.cursor = cursor
                     sub.registered.set()

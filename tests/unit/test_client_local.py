@@ -268,3 +268,64 @@ async def test_a_view_whose_poller_was_not_seen_for_a_while_catches_up_through_t
     assert [m.text for m in view.state.messages] == ["one", "first answer", "two", "second"]
     assert view.view.state == (await session.state()).state.session
     await view.close()
+
+
+async def test_a_live_view_applies_each_batch_as_it_comes_and_keeps_no_task(rt: LocalRuntime) -> None:
+    # A view used to keep a task (and its coroutines, an async generator and a future) waiting on
+    # its subscription's queue, where a batch waited until that task ran: about 1.4 KB per view,
+    # and every view's last batch at a run's peak. The poller now hands it the batch.
+    session = rt.session("s-pushed", agent=agent([{"text": "Pushed along.", "chunk": 3}]))
+    view = await session.live()
+    seen: list[int] = []
+    view.listeners.append(lambda batch: seen.append(len(batch)))
+    result = await (await session.prompt("go")).finished
+    await view.wait_for(partial(reached, index=result.index), timeout=TIMEOUT)
+    assert view.running and view._task is None and view._pump is None and seen
+    assert view._subscription is not None and view._subscription.queue.empty()  # type: ignore[attr-defined]
+    assert [m.text for m in view.state.messages] == ["go", "Pushed along."]
+    await view.close()
+    assert (view.running, view.listeners) == (False, [])
+
+
+async def test_batches_that_come_while_an_async_listener_awaits_are_applied_after_it_in_order(
+    rt: LocalRuntime,
+) -> None:
+    session = rt.session("s-slow-listener", agent=agent([{"text": "One two three four.", "chunk": 2}]))
+    view = await session.live()
+    gate = asyncio.Event()
+    told: list[tuple[str, int]] = []
+
+    async def slow(batch: list[Mutation]) -> None:
+        told.append(("slow", view.view.index))
+        await gate.wait()
+
+    view.listeners.append(slow)
+    view.listeners.append(lambda batch: told.append(("after", view.view.index)))
+    result = await (await session.prompt("go")).finished
+    await asyncio.sleep(0.05)
+    held = view.view.index
+    assert held < result.index and told == [("slow", held)]  # the rest waits behind the slow listener
+    gate.set()
+    await view.wait_for(partial(reached, index=result.index), timeout=TIMEOUT)
+    assert told[1] == ("after", held) and [kind for kind, _ in told[::2]] == ["slow"] * (len(told) // 2)
+    indexes = [index for _, index in told]
+    assert indexes == sorted(indexes)
+    assert view.view.state == (await session.state()).state.session
+    await view.close()
+
+
+async def test_a_listener_that_raises_stops_its_view_only_and_close_raises_it(rt: LocalRuntime) -> None:
+    session = rt.session("s-bad-listener", agent=agent([{"text": "Still here.", "chunk": 2}]))
+    broken, healthy = await session.live(), await session.live()
+
+    def bad(batch: list[Mutation]) -> None:
+        raise RuntimeError("listener bug")
+
+    broken.listeners.append(bad)
+    result = await (await session.prompt("go")).finished
+    await healthy.wait_for(partial(reached, index=result.index), timeout=TIMEOUT)
+    assert not broken.running and healthy.running
+    assert [m.text for m in healthy.state.messages] == ["go", "Still here."]
+    with pytest.raises(RuntimeError, match="listener bug"):
+        await broken.close()
+    await healthy.close()

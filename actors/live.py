@@ -163,6 +163,9 @@ class LiveView(Generic[SessionT, TurnT]):
         self._following = False
         self._error: Exception | None = None
         self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []
+        """Called with each batch once it is applied, in order. A plain function runs in the call
+        that delivered the batch (keep it quick); an async one holds the later batches until it
+        returns. One that raises stops this view (``close`` raises it)."""
         self._known = AIState()  # the snapshot, kept current from mutations (but the conversation)
         self._pending: list[Command] = []
         self._answered: set[str] | None = None

@@ -267,27 +267,29 @@ class LiveView(Generic[SessionT, TurnT]):
 
     def _tell(self, batch: list[Mutation], start: int) -> None:
         """Call the listeners from ``start`` on; from an async one on, the rest runs in a task."""
+        result, position = self._call_listeners(batch, start)
+        if result is None:
+            self.changed.set()
+        else:
+            self._await(self._told(result, batch, position))
+
+    async def _told(self, result: Awaitable[None] | None, batch: list[Mutation], start: int) -> None:
+        """Await ``result`` (an async listener's), and the listeners from ``start`` on, in order."""
+        while result is not None:
+            await result
+            result, start = self._call_listeners(batch, start)
+        self.changed.set()
+
+    def _call_listeners(self, batch: list[Mutation], start: int) -> tuple[Awaitable[None] | None, int]:
+        """Call the listeners from ``start`` until one returns a coroutine: it and the next position."""
         listeners = self.listeners
         position = start
         while position < len(listeners):
             result = listeners[position](batch)
             position += 1
             if asyncio.iscoroutine(result):
-                self._await(self._told(result, batch, position))
-                return
-        self.changed.set()
-
-    async def _told(self, result: Awaitable[None], batch: list[Mutation], start: int) -> None:
-        """Await ``result`` (an async listener's), then call the listeners from ``start`` on."""
-        await result
-        listeners = self.listeners
-        position = start
-        while position < len(listeners):
-            returned = listeners[position](batch)
-            position += 1
-            if asyncio.iscoroutine(returned):
-                await returned
-        self.changed.set()
+                return result, position
+        return None, position
 
     async def _take(self, batch: list[Mutation]) -> None:
         """Apply one batch (a reset re-reads the snapshot), tell the listeners, wake ``changed``."""
@@ -297,7 +299,8 @@ class LiveView(Generic[SessionT, TurnT]):
             self._shown = None
         else:
             self._apply(batch)
-        await self._told(_done(), batch, 0)
+        result, position = self._call_listeners(batch, 0)
+        await self._told(result, batch, position)
 
     def _await(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` in a task; batches that come meanwhile wait in ``_backlog``."""
@@ -519,10 +522,6 @@ class LiveQueue:
         command = SendNow(id or new_id("sendnow"), input_id, observed)
         queue = self._live.session.queue
         return await self._live._through(command, lambda: queue.send_now(input_id, observed, id=command.id), _same)
-
-
-async def _done() -> None:
-    """Nothing to await (``_told`` from the first listener)."""
 
 
 def _same(receipt: Receipt) -> Receipt:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from actors.mutation import Mutation, StopResult
@@ -56,8 +56,8 @@ class _Feed(Protocol):
         """Wait until the host has registered it."""
         ...
 
-    def batches(self) -> AsyncIterator[list[Mutation]]:
-        """The mutations, in the batches the host sent."""
+    def attach(self, sink: Callable[[list[Mutation] | None], None]) -> None:
+        """Hand every batch to ``sink`` as it comes (those waiting first), and ``None`` at the close."""
         ...
 
     def close(self) -> None:
@@ -155,11 +155,9 @@ class LiveView(Generic[SessionT, TurnT]):
         self.changed = Flag()
         self._subscription: _Feed | None = None
         self._task: asyncio.Task[None] | None = None
-        """What awaits for the view: a snapshot re-read, an async listener, or a feed that cannot push."""
+        """What awaits for the view: a snapshot re-read, or an async listener."""
         self._backlog: list[list[Mutation] | None] | None = None
         """Batches that came while ``_task`` awaits, applied after it in order (``None``: nothing awaits)."""
-        self._pump: asyncio.Task[None] | None = None
-        """Reads a feed that cannot push (``batches`` only) into ``_deliver``."""
         self._following = False
         self._error: Exception | None = None
         self.listeners: list[Callable[[list[Mutation]], Awaitable[None] | None]] = []
@@ -189,15 +187,7 @@ class LiveView(Generic[SessionT, TurnT]):
             snapshot = await self.session.state()
         self._adopt(snapshot)
         self._following = True
-        # A feed that pushes (``Subscription.attach``: given every batch, and ``None`` at its close)
-        # costs the view no task; any other is read by one.
-        attach: Callable[[Callable[[list[Mutation] | None], None]], None] | None = getattr(
-            self._subscription, "attach", None
-        )
-        if attach is not None:
-            attach(self._deliver)
-        else:
-            self._pump = asyncio.ensure_future(self._read(self._subscription))
+        self._subscription.attach(self._deliver)
 
     @property
     def running(self) -> bool:
@@ -322,13 +312,6 @@ class LiveView(Generic[SessionT, TurnT]):
             self._fail(error)
         finally:
             self._backlog = None
-
-    async def _read(self, feed: _Feed) -> None:
-        """A feed that cannot push (``batches`` only): its batches into ``_deliver``."""
-        async for batch in feed.batches():
-            self._deliver(batch)
-            del batch  # not held while the next one is awaited (``Subscription.batches``)
-        self._deliver(None)
 
     def _end(self) -> None:
         self._following = False
@@ -477,10 +460,7 @@ class LiveView(Generic[SessionT, TurnT]):
         """Stop following the session; raises what stopped it, if a batch or a listener failed."""
         if self._subscription is not None:
             self._subscription.close()
-        if self._pump is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
-        while self._task is not None and not self._task.done():
+        if self._task is not None:  # the close's None waits behind it in the backlog
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self._error is not None:

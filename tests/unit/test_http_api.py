@@ -755,6 +755,7 @@ class _FakeSubscription:
     def __init__(self) -> None:
         self.queue: asyncio.Queue[list[Any] | None] = asyncio.Queue()
         self.closed = False
+        self.pushing: asyncio.Future[None] | None = None
 
     async def ready(self) -> int:
         return 0
@@ -762,9 +763,13 @@ class _FakeSubscription:
     async def next_batch(self, timeout: float | None = None) -> list[Any] | None:
         return await asyncio.wait_for(self.queue.get(), timeout)
 
-    async def batches(self) -> AsyncIterator[list[Any]]:
-        while (batch := await self.queue.get()) is not None:
-            yield batch
+    def attach(self, sink: Callable[[list[Any] | None], None]) -> None:
+        async def push() -> None:
+            while (batch := await self.queue.get()) is not None:
+                sink(batch)
+            sink(None)
+
+        self.pushing = asyncio.ensure_future(push())
 
     def close(self) -> None:
         self.closed = True

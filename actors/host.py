@@ -35,7 +35,7 @@ import structlog
 from actors.cluster import Cluster
 from actors.directory import HostDirectory
 from actors.errors import SessionMoved
-from actors.hub import MutationHub
+from actors.hub import REPLY_MUTATIONS, MutationHub
 from actors.idle_checks import EARLY, IdleChecks
 from actors.logs import default_logging
 from actors.memory import TRIM_EVERY, TrimSchedule, memory_report
@@ -99,6 +99,8 @@ class HostOptions:
     """Seconds a sub-agent's batch may wait for others to share the parent's write."""
     poll_linger: float = 0.002
     """How long a long poll lingers after the first mutation, to gather a burst."""
+    poll_reply_mutations: int = REPLY_MUTATIONS
+    """Mutations a poll reply takes at most (``MutationHub``); the rest go in the next poll, at once."""
     interest_seconds: float = 30.0
     """Seconds a poller not seen still counts as following (``MutationHub``): past that, a session's
     appends are no longer kept for it, and it re-reads the snapshot when it comes back."""
@@ -145,7 +147,11 @@ class SessionHost:
         self.cluster = cluster(name, options)
         self.store = store if store is not None else open_store(_with_writer(options.store, options.sqlite_writer))
         self.registry = AgentRegistry(self.store, self.cluster.codec)
-        self.hub = MutationHub(linger=options.poll_linger, interest_seconds=options.interest_seconds)
+        self.hub = MutationHub(
+            linger=options.poll_linger,
+            interest_seconds=options.interest_seconds,
+            reply_mutations=options.poll_reply_mutations,
+        )
         self.pacer = StreamPacer(options.flush_budget)
         # A process of its own hands the memory its deactivated sessions freed back (actors.memory).
         self.trim = TrimSchedule(every=-1 if options.extra.get("local") else options.trim_every)
@@ -499,23 +505,31 @@ class SessionHost:
         timeout: float,
         full: bool,
         waits: dict[str, tuple[str, str]] | None = None,
-    ) -> tuple[dict[str, tuple[int, list[dict[str, Any]]]], dict[str, Any]] | None:
+        parts: int = 1,
+    ) -> Any:
         """Long poll for one client's sessions on this host (see ``MutationHub.poll``).
 
         ``waits`` are turns the client waits on (input id -> session id, agent key): each one's
         outcome comes back in a later reply, once. Returns the sessions with news and the turn
         outcomes settled since the last poll; ``None`` when this host does not know the poller
         (it restarted): register everything again.
+
+        ``parts`` > 1 (a Ray caller with as many returns): a list of that many values, each under
+        Ray's inline limit (``MutationHub.split``): the reply as above, or ``None``, with the first
+        part of the sessions; then the other parts, ``{}`` when empty.
         """
         hosted = self.hosted
         index_of = {sid: hosted[sid].runner.log.index for sid in changes if sid in hosted}
         if waits and (full or self.hub.knows(poller)):
             for input_id, (session_id, agent_key) in waits.items():
                 self.turn_watches.add(poller, input_id, session_id, agent_key)
-        reply = await self.hub.poll(poller, changes, removed, timeout, index_of, full=full)
+        reply = await self.hub.poll(poller, changes, removed, timeout, index_of, full=full, parts=parts)
+        if parts == 1:
+            return None if reply is None else (reply, self.hub.take_outcomes(poller))
         if reply is None:
-            return None
-        return reply, self.hub.take_outcomes(poller)
+            return [None, *({} for _ in range(parts - 1))]
+        first, *rest = self.hub.split(reply, parts)
+        return [(first, self.hub.take_outcomes(poller)), *rest]
 
     async def wake_poll(self, poller: str) -> None:
         """End ``poller``'s waiting poll now (its client has new subscriptions)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from actors.hub import MutationHub
 from actors.router import rendezvous, root_of
 from orchestrator.testing import eventually
@@ -154,3 +156,46 @@ async def test_a_poller_back_after_appends_that_nobody_kept_gets_a_reset_not_a_g
     hub._pollers["p"].seen += 60
     cursor, batch = (await hub.poll("p", {}, [], 0, {}) or {})["s"]
     assert (cursor, [x["type"] for x in batch]) == (3, ["reset"])
+
+
+async def test_a_reply_stops_at_its_mutation_limit_and_the_next_poll_brings_the_rest_first_at_once() -> None:
+    hub = MutationHub(linger=0, reply_mutations=4)
+    await hub.poll("p", {f"s-{i}": -1 for i in range(5)}, [], 0, {f"s-{i}": 0 for i in range(5)}, full=True)
+    for i in range(5):
+        hub.publish(f"s-{i}", 1, [m(1, f"{i}a"), m(1, f"{i}b")])
+    first = await hub.poll("p", {}, [], 5.0, {}) or {}
+    assert list(first) == ["s-0", "s-1"]  # whole sessions only, in the order their news came
+    hub.publish("s-0", 2, [m(2, "0c")])  # news after the cut waits behind the sessions left
+    second = await asyncio.wait_for(hub.poll("p", {}, [], 5.0, {}), 1) or {}  # no wait: news is left
+    assert list(second) == ["s-2", "s-3"]
+    third = await asyncio.wait_for(hub.poll("p", {}, [], 5.0, {}), 1) or {}
+    assert third == {"s-4": (1, [m(1, "4a"), m(1, "4b")]), "s-0": (2, [m(2, "0c")])}
+    assert hub.stats()["kept"] == 0
+
+
+async def test_one_sessions_batch_is_never_split_by_the_limit() -> None:
+    hub = MutationHub(linger=0, reply_mutations=2)
+    await hub.poll("p", {"s": -1, "t": -1}, [], 0, {"s": 0, "t": 0}, full=True)
+    hub.publish("s", 3, [m(i, str(i)) for i in range(1, 4)])
+    hub.publish("t", 1, [m(1, "t")])
+    assert await hub.poll("p", {}, [], 5.0, {}) == {"s": (3, [m(i, str(i)) for i in range(1, 4)])}
+    assert await asyncio.wait_for(hub.poll("p", {}, [], 5.0, {}), 1) == {"t": (1, [m(1, "t")])}
+
+
+def test_a_reply_limit_below_one_is_refused_with_what_to_give() -> None:
+    with pytest.raises(ValueError, match="reply_mutations must be at least 1"):
+        MutationHub(reply_mutations=0)
+
+
+async def test_a_reply_of_several_parts_takes_a_limit_per_part_and_splits_by_whole_sessions() -> None:
+    hub = MutationHub(linger=0, reply_mutations=3)
+    names = [f"s-{i}" for i in range(5)]
+    await hub.poll("p", dict.fromkeys(names, -1), [], 0, dict.fromkeys(names, 0), full=True)
+    for i, name in enumerate(names):
+        hub.publish(name, 1, [m(1, f"{i}{c}") for c in "ab"])
+    reply = await hub.poll("p", {}, [], 5.0, {}, parts=2) or {}
+    assert list(reply) == ["s-0", "s-1", "s-2"]  # 6 of 2 x 3: the third session starts past it
+    parts = hub.split(reply, 3)
+    assert [list(part) for part in parts] == [["s-0"], ["s-1"], ["s-2"]]  # 2 + 2 > 3: one each
+    assert [list(part) for part in hub.split(reply, 2)] == [["s-0"], ["s-1", "s-2"]]  # the last takes the rest
+    assert hub.split({}, 3) == [{}, {}, {}]

@@ -14,11 +14,12 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+import ray
 
 from actors.client import Subscription
 from actors.errors import HostUnavailable
 from actors.poller import Poller
-from actors.ray_transport import RayTransport
+from actors.ray_transport import POLL_PARTS, RayTransport
 from actors.router import HostNotFound
 
 
@@ -33,7 +34,7 @@ class _Router:
         if self.missing > 0:
             self.missing -= 1
             raise HostNotFound(f"Failed to look up actor with name '{name}'")
-        return SimpleNamespace(poll=SimpleNamespace(remote=self._poll), wake_poll=SimpleNamespace(remote=_ignore))
+        return SimpleNamespace(poll=_Parts(self._poll), wake_poll=SimpleNamespace(remote=_ignore))
 
     async def wait_ready(self, name: str) -> None:
         """The host is up again (the real one retries until it answers)."""
@@ -42,7 +43,28 @@ class _Router:
         self.polls.append(dict(changes))
         if len(self.polls) > 1:
             await asyncio.Event().wait()  # a long poll with nothing new: held until cancelled
-        return {session: (5, [{"type": "delta", "index": 5}]) for session in changes}, {}
+        parts: int = args[-1]
+        return [({session: (5, [{"type": "delta", "index": 5}]) for session in changes}, {}), *([{}] * (parts - 1))]
+
+
+class _Parts:
+    """An actor method called with ``num_returns``: one awaitable per value it returns."""
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+        self.count = 1
+
+    def options(self, *, num_returns: int) -> _Parts:
+        self.count = num_returns
+        return self
+
+    def remote(self, *args: Any) -> list[Any]:
+        call = asyncio.ensure_future(self.method(*args))
+
+        async def part(i: int) -> Any:
+            return (await asyncio.shield(call))[i]
+
+        return [part(i) for i in range(self.count)]
 
 
 def _ignore(*_: Any) -> None:
@@ -66,3 +88,40 @@ async def test_a_poller_whose_host_is_not_found_once_registers_again_and_its_sub
         assert router.polls[0] == {"s1": -1}  # registered again from "now"
     finally:
         await poller.close()
+
+
+class _Host:
+    """A host whose poll answers with ``values`` (one per part), or whose every part fails with ``error``."""
+
+    def __init__(self, values: list[Any] | None = None, error: Exception | None = None) -> None:
+        self.values, self.error = values, error
+        self.asked: list[int] = []
+
+    def host(self, name: str) -> Any:
+        return SimpleNamespace(poll=_Parts(self._poll))
+
+    async def _poll(self, *args: Any) -> Any:
+        self.asked.append(args[-1])
+        if self.error is not None:
+            raise self.error
+        return self.values
+
+
+async def test_a_poll_asks_for_its_reply_in_parts_and_gives_the_poller_one_reply() -> None:
+    first = {"s1": (3, [{"type": "delta", "index": 3}])}
+    values = [(first, {"i-1": "done"}), {"s2": (4, [])}, {}, {"s3": (9, [{"type": "reset", "index": 9}])}]
+    host = _Host(values[:POLL_PARTS])
+    reply = await RayTransport(cast(Any, host), None).poll("h-1", "p", {}, [], 5.0, False, {})
+    assert host.asked == [POLL_PARTS]
+    expected = {"s1": first["s1"], "s2": (4, [])}
+    if POLL_PARTS > 3:
+        expected["s3"] = (9, [{"type": "reset", "index": 9}])
+    assert reply == (expected, {"i-1": "done"})
+    unknown = _Host([None, *([{}] * (POLL_PARTS - 1))])
+    assert await RayTransport(cast(Any, unknown), None).poll("h-1", "p", {}, [], 5.0, False, {}) is None
+
+
+async def test_a_poll_whose_host_died_mid_call_raises_host_unavailable_once() -> None:
+    host = _Host(error=ray.exceptions.RayActorError())
+    with pytest.raises(HostUnavailable, match="host 'h-1' did not answer a poll"):
+        await RayTransport(cast(Any, host), None).poll("h-1", "p", {}, [], 5.0, False, {})

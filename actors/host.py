@@ -505,31 +505,23 @@ class SessionHost:
         timeout: float,
         full: bool,
         waits: dict[str, tuple[str, str]] | None = None,
-        parts: int = 1,
-    ) -> Any:
+    ) -> tuple[dict[str, tuple[int, list[dict[str, Any]]]], dict[str, Any]] | None:
         """Long poll for one client's sessions on this host (see ``MutationHub.poll``).
 
         ``waits`` are turns the client waits on (input id -> session id, agent key): each one's
         outcome comes back in a later reply, once. Returns the sessions with news and the turn
         outcomes settled since the last poll; ``None`` when this host does not know the poller
         (it restarted): register everything again.
-
-        ``parts`` > 1 (a Ray caller with as many returns): a list of that many values, each under
-        Ray's inline limit (``MutationHub.split``): the reply as above, or ``None``, with the first
-        part of the sessions; then the other parts, ``{}`` when empty.
         """
         hosted = self.hosted
         index_of = {sid: hosted[sid].runner.log.index for sid in changes if sid in hosted}
         if waits and (full or self.hub.knows(poller)):
             for input_id, (session_id, agent_key) in waits.items():
                 self.turn_watches.add(poller, input_id, session_id, agent_key)
-        reply = await self.hub.poll(poller, changes, removed, timeout, index_of, full=full, parts=parts)
-        if parts == 1:
-            return None if reply is None else (reply, self.hub.take_outcomes(poller))
+        reply = await self.hub.poll(poller, changes, removed, timeout, index_of, full=full)
         if reply is None:
-            return [None, *({} for _ in range(parts - 1))]
-        first, *rest = self.hub.split(reply, parts)
-        return [(first, self.hub.take_outcomes(poller)), *rest]
+            return None
+        return reply, self.hub.take_outcomes(poller)
 
     async def wake_poll(self, poller: str) -> None:
         """End ``poller``'s waiting poll now (its client has new subscriptions)."""

@@ -30,14 +30,15 @@ from typing import Any, Final
 __all__ = ["REPLY_MUTATIONS", "MutationHub", "WaitFailed"]
 
 REPLY_MUTATIONS: Final = 512
-"""Mutations one part of a poll reply takes at most (``MutationHub.split``; a session's batch is
-never split, so one part may go over). A reply of ``parts`` parts takes ``parts`` times this; the
-sessions left wait first in line for the next poll, which returns at once.
+"""Mutations a poll reply takes at most (a session's batch is never split: one may go over).
 
-One part pickles to ~30-70 KB (a mutation is ~60-130 bytes), under Ray's limit for returning a
-value inline (100 KiB). A larger value goes through the object store, and the shared pages it
-touches stay resident in the host and the client: in `bench shop` N=1000, where single replies
-reached 4,500 mutations and 420 KB, 2.3-2.8 KB per session in each process after the run."""
+The sessions left wait first in line for the next poll, which returns at once. A reply of 512
+pickles to ~30-70 KB (a mutation is ~60-130 bytes), under Ray's limit for returning a value
+inline (100 KiB). A larger value goes through the object store, and the shared pages it touches
+stay resident in the host and the client: in `bench shop` N=1000, where replies reached 4,500
+mutations and 420 KB, 2.3-2.8 KB per session in each process after the run (0.5-0.6 with the
+limit). The cost: a busy host's backlog takes more round trips; in the same runs the first
+text p50 at N=1000 rose from 195-226 ms to 265-325."""
 
 Mutation = dict[str, Any]
 Reply = dict[str, tuple[int, list[Mutation]]]
@@ -207,7 +208,6 @@ class MutationHub:
         index_of: Mapping[str, int],
         *,
         full: bool = False,
-        parts: int = 1,
     ) -> Reply | None:
         """The news for ``poller_id``'s sessions, waiting up to ``timeout`` for some.
 
@@ -221,8 +221,6 @@ class MutationHub:
                 first poll knows where "now" is.
             full: ``changes`` is every session the client follows (its first poll, or after the
                 host restarted).
-            parts: the reply goes back in this many values (``split``): it takes up to
-                ``reply_mutations`` per part.
 
         Returns:
             Per session with news, the new cursor and the mutations after the old one; ``None``
@@ -257,26 +255,7 @@ class MutationHub:
             if self.linger > 0:
                 await asyncio.sleep(self.linger)  # let the rest of a burst arrive: fewer, larger replies
         poller.event.clear()
-        return self._collect(poller, self.reply_mutations * parts)
-
-    def split(self, reply: Reply, parts: int) -> list[Reply]:
-        """``reply`` as ``parts`` replies of up to ``reply_mutations`` each, whole sessions, in order.
-
-        Each part is returned as its own value, under Ray's inline limit; the last takes what
-        does not fit (sessions never split), and parts left over are empty.
-        """
-        limit = self.reply_mutations
-        out: list[Reply] = [{}]
-        count = 0
-        for session_id, entry in reply.items():
-            size = len(entry[1])
-            if count and count + size > limit and len(out) < parts:
-                out.append({})
-                count = 0
-            out[-1][session_id] = entry
-            count += size
-        out.extend({} for _ in range(parts - len(out)))
-        return out
+        return self._collect(poller)
 
     def _follow(self, poller_id: str, poller: _Poller, session_id: str, after: int, index: int) -> None:
         channel = self._channels.get(session_id)
@@ -298,10 +277,10 @@ class MutationHub:
             if not channel.pollers:
                 del self._channels[session_id]
 
-    def _collect(self, poller: _Poller, budget: int) -> Reply:
+    def _collect(self, poller: _Poller) -> Reply:
         found: Reply = {}
         dirty, poller.dirty = poller.dirty, {}
-        sent = 0
+        budget, sent = self.reply_mutations, 0
         for session_id in dirty:
             if sent >= budget:
                 poller.dirty[session_id] = None  # first in line for the next poll, which returns at once

@@ -8,40 +8,21 @@ which the client knows without Ray.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from typing import Any, Final
+from typing import Any
 
 from actors.errors import HostUnavailable
 from actors.host import BATCHED_CALLS
-from actors.hub import REPLY_MUTATIONS
 from actors.options import ACTOR_ERRORS
 from actors.outbox import Outbox
 from actors.retry import SESSION_CALL, RetriesExhausted
 from actors.router import HostNotFound, Router
 
-__all__ = ["POLL_PARTS", "RayTransport"]
-
-POLL_PARTS: Final = 4
-"""Values a poll reply comes back in when the host has much to send (``MutationHub.split``).
-
-Ray returns a value of up to 100 KiB inline, in the call's reply; a larger one goes through the
-object store, whose shared pages stay resident in both processes once touched. A part of
-``REPLY_MUTATIONS`` (512) mutations is ~30-70 KB, so one round trip carries 2,048 inline. In
-`bench shop` N=1000 a busy host gathered up to ~4,500 between two polls: one part per round trip
-put the first text p50 at 311-323 ms against 202-213 before; four parts, at 172-189.
-
-A call with four returns costs the caller ~0.3 ms more CPU than with one (a micro-benchmark: 1.03
-against 0.76 ms), so a poll asks for four only after a reply that filled one part: a quiet host's
-polls stay single."""
+__all__ = ["RayTransport"]
 
 _HOST_GONE: tuple[type[Exception], ...] = (*ACTOR_ERRORS, HostNotFound)
 """What a poll raises when its host died, is restarting, or is being moved (``HostNotFound``: the
 handle was dropped, by any caller whose call to it failed, and no actor holds the name yet)."""
-
-
-def _unavailable(host: str, error: BaseException) -> HostUnavailable:
-    return HostUnavailable(f"host {host!r} did not answer a poll ({type(error).__name__})")
 
 
 class RayTransport:
@@ -51,8 +32,6 @@ class RayTransport:
         self.router = router
         self.supervisor = supervisor
         self.outbox = Outbox(router.host)
-        self._parts: dict[str, int] = {}
-        """Per host, the parts its next poll asks for (``POLL_PARTS`` after a reply that filled one)."""
 
     async def call(self, session_id: str, method: str, *args: Any) -> Any:
         """See ``Transport.call``."""
@@ -87,33 +66,13 @@ class RayTransport:
         full: bool,
         waits: dict[str, tuple[str, str]],
     ) -> Any:
-        """See ``Transport.poll``: in ``POLL_PARTS`` values, each returned inline, after a full reply."""
-        parts = self._parts.get(host, 1)
+        """See ``Transport.poll``."""
         try:
-            method = self.router.host(host).poll
-            if parts == 1:
-                refs = [method.remote(poller, changes, removed, timeout, full, waits)]
-            else:
-                refs = method.options(num_returns=parts).remote(poller, changes, removed, timeout, full, waits, parts)
+            return await self.router.host(host).poll.remote(poller, changes, removed, timeout, full, waits)
         except _HOST_GONE as error:
-            raise _unavailable(host, error) from error
-        # Every part fails alike when the call does: wait for all, so no failure goes unread.
-        first, *rest = await asyncio.gather(*refs, return_exceptions=True)
-        if isinstance(first, BaseException):
-            if isinstance(first, _HOST_GONE):
-                # Let out of here, a HostNotFound would end the poller's task, and every feed and turn
-                # wait on the host with it; the poller waits for the host and registers again instead.
-                raise _unavailable(host, first) from first
-            raise first
-        if first is None:
-            return None
-        news = first[0]
-        for part in rest:
-            if part:
-                news.update(part)
-        sent = sum(len(batch) for _, batch in news.values())
-        self._parts[host] = POLL_PARTS if sent >= REPLY_MUTATIONS else 1
-        return first
+            # Let out of here, a HostNotFound would end the poller's task, and every feed and turn
+            # wait on the host with it; the poller waits for the host and registers again instead.
+            raise HostUnavailable(f"host {host!r} did not answer a poll ({type(error).__name__})") from error
 
     def wake(self, host: str, poller: str) -> None:
         """See ``Transport.wake``."""

@@ -185,17 +185,3 @@ async def test_one_sessions_batch_is_never_split_by_the_limit() -> None:
 def test_a_reply_limit_below_one_is_refused_with_what_to_give() -> None:
     with pytest.raises(ValueError, match="reply_mutations must be at least 1"):
         MutationHub(reply_mutations=0)
-
-
-async def test_a_reply_of_several_parts_takes_a_limit_per_part_and_splits_by_whole_sessions() -> None:
-    hub = MutationHub(linger=0, reply_mutations=3)
-    names = [f"s-{i}" for i in range(5)]
-    await hub.poll("p", dict.fromkeys(names, -1), [], 0, dict.fromkeys(names, 0), full=True)
-    for i, name in enumerate(names):
-        hub.publish(name, 1, [m(1, f"{i}{c}") for c in "ab"])
-    reply = await hub.poll("p", {}, [], 5.0, {}, parts=2) or {}
-    assert list(reply) == ["s-0", "s-1", "s-2"]  # 6 of 2 x 3: the third session starts past it
-    parts = hub.split(reply, 3)
-    assert [list(part) for part in parts] == [["s-0"], ["s-1"], ["s-2"]]  # 2 + 2 > 3: one each
-    assert [list(part) for part in hub.split(reply, 2)] == [["s-0"], ["s-1", "s-2"]]  # the last takes the rest
-    assert hub.split({}, 3) == [{}, {}, {}]

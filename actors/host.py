@@ -35,7 +35,7 @@ import structlog
 from actors.cluster import Cluster
 from actors.directory import HostDirectory
 from actors.errors import SessionMoved
-from actors.hub import REPLY_MUTATIONS, MutationHub
+from actors.hub import MutationHub
 from actors.idle_checks import EARLY, IdleChecks
 from actors.logs import default_logging
 from actors.memory import TRIM_EVERY, TrimSchedule, memory_report
@@ -99,8 +99,6 @@ class HostOptions:
     """Seconds a sub-agent's batch may wait for others to share the parent's write."""
     poll_linger: float = 0.002
     """How long a long poll lingers after the first mutation, to gather a burst."""
-    poll_reply_mutations: int = REPLY_MUTATIONS
-    """Mutations a poll reply takes at most (``MutationHub``); the rest go in the next poll, at once."""
     interest_seconds: float = 30.0
     """Seconds a poller not seen still counts as following (``MutationHub``): past that, a session's
     appends are no longer kept for it, and it re-reads the snapshot when it comes back."""
@@ -147,11 +145,7 @@ class SessionHost:
         self.cluster = cluster(name, options)
         self.store = store if store is not None else open_store(_with_writer(options.store, options.sqlite_writer))
         self.registry = AgentRegistry(self.store, self.cluster.codec)
-        self.hub = MutationHub(
-            linger=options.poll_linger,
-            interest_seconds=options.interest_seconds,
-            reply_mutations=options.poll_reply_mutations,
-        )
+        self.hub = MutationHub(linger=options.poll_linger, interest_seconds=options.interest_seconds)
         self.pacer = StreamPacer(options.flush_budget)
         # A process of its own hands the memory its deactivated sessions freed back (actors.memory).
         self.trim = TrimSchedule(every=-1 if options.extra.get("local") else options.trim_every)

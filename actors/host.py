@@ -51,7 +51,7 @@ from orchestrator.core.mutations import diff
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
 from orchestrator.run.gc_tuning import tune_gc
 from orchestrator.run.log import Applied
-from orchestrator.run.pacing import DEFAULT_BUDGET, StreamPacer
+from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH, StreamPacer
 from orchestrator.run.runner import SessionRunner
 from orchestrator.run.turn_commands import steer_turn, stop_turn
 from orchestrator.store import open_store
@@ -87,8 +87,8 @@ class HostOptions:
     """``pooled`` or ``dedicated``."""
     idle_timeout: float = 300.0
     """Seconds of quiet before a session deactivates."""
-    flush_interval: float = 0.004
-    """Seconds a step's first stream part may wait before its batch is written."""
+    flush_interval: float = FIRST_FLUSH
+    """Seconds a step's first stream part may wait before its batch is written (0: the next turn of the loop)."""
     flush_every: float = 0.02
     """Seconds between the later stream batches of a step (at least; see ``flush_budget``)."""
     flush_parts: int = 256

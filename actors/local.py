@@ -19,6 +19,7 @@ from actors.subagents import HostChildren, SubAgents
 from actors.transport import LocalTransport
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
+from orchestrator.run.pacing import FIRST_FLUSH
 from orchestrator.store import open_store
 
 __all__ = ["InProcessCluster", "LocalRuntime"]
@@ -60,7 +61,7 @@ class LocalRuntime(BaseRuntime):
         store: str = "memory://",
         *,
         idle_timeout: float = 300.0,
-        flush_interval: float = 0.004,
+        flush_interval: float = FIRST_FLUSH,
         flush_parts: int = 256,
     ) -> None:
         super().__init__()

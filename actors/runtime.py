@@ -59,7 +59,7 @@ from actors.store_feed import FOLLOW_MODES
 from actors.supervisor import Supervisor
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
-from orchestrator.run.pacing import DEFAULT_BUDGET
+from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 
@@ -108,7 +108,7 @@ class Runtime(BaseRuntime):
         namespace: str | None = None,
         hosts_per_node: int | None = None,
         idle_timeout: float = 300.0,
-        flush_interval: float = 0.004,
+        flush_interval: float = FIRST_FLUSH,
         flush_every: float = 0.02,
         flush_parts: int = 256,
         flush_budget: float = DEFAULT_BUDGET,

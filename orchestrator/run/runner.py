@@ -43,7 +43,7 @@ from orchestrator.run.handlers import Handlers
 from orchestrator.run.ledger import TurnLedger, Watcher
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.nested import NestedInbox, respond_nested
-from orchestrator.run.pacing import StreamPacer
+from orchestrator.run.pacing import FIRST_FLUSH, StreamPacer
 from orchestrator.run.steps import Steps, StepWork, stale
 from orchestrator.run.tool_calls import ToolCalls, recovery_policy
 from orchestrator.run.waiting import Flag, Mutex
@@ -117,7 +117,7 @@ class SessionRunner:
         *,
         children: Children | None = None,
         clock: Callable[[], float] = time.time,
-        flush_interval: float = 0.004,
+        flush_interval: float = FIRST_FLUSH,
         flush_every: float = 0.02,
         flush_parts: int = 256,
         nested_delay: float = 0.01,

@@ -2,9 +2,9 @@
 
 A step's parts are not written one by one: ``StepStream`` (``run/step_stream.py``) buffers them
 and flushes them as one ``ai.stream`` event when enough have gathered (``flush_parts``) or a
-timer fires. The first flush comes after ``flush_interval`` so the first text goes out fast;
-later ones wait longer, as the process's ``StreamPacer`` says. A step's last parts go out with
-its end, in one batch.
+timer fires. The first flush comes after ``flush_interval`` (by default on the next turn of the
+loop) so the first text goes out fast; later ones wait longer, as the process's ``StreamPacer``
+says. A step's last parts go out with its end, in one batch.
 
 ``Steps`` holds the running step of one session; the runner asks it to prepare a step while it
 assembles a write, and cancels it when the state no longer wants it.

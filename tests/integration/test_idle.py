@@ -29,7 +29,9 @@ async def test_idle_sessions_written_in_bulk_reactivate_and_continue(tmp_path: P
     report = format_idle(figures)
     assert figures.ok, report
     assert figures.sampled == 40 and figures.continued == 3, report
-    assert figures.events_per_session == 7 and figures.store_bytes_per_session > 0, report
+    # input, decided, turn started, step started, the step's first text (written at once), its
+    # last text with its finish, turn finished
+    assert figures.events_per_session == 8 and figures.store_bytes_per_session > 0, report
     assert 0 < figures.reactivate_ms_p50 <= figures.reactivate_ms_p99 <= figures.reactivate_ms_max, report
     names = [line.split("  ")[0] for line in report.splitlines()]
     assert names[:6] == ["idle sessions", "created in", "memory at rest", "store", "reactivation", "continued"]

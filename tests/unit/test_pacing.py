@@ -22,7 +22,7 @@ from orchestrator.core.payloads import Stream
 from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
-from orchestrator.run.pacing import DEFAULT_BUDGET, StreamPacer
+from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH, StreamPacer
 from orchestrator.run.runner import SessionRunner
 from orchestrator.run.step_stream import JOIN_TEXT, StepStream
 from orchestrator.store import open_store
@@ -149,15 +149,41 @@ async def stream_writes(pacer: StreamPacer, clock: FakeClock, sessions: int) -> 
 
 async def test_a_step_alone_writes_at_its_own_pace() -> None:
     clock = FakeClock()
-    # The first text after 4 ms; then every 20 ms (at 26, 50, 74 and 98 ms); the rest at the end.
+    # The first text at once (the clock's first move); then every 20 ms (at 26, 50, 74 and 98 ms);
+    # the rest at the end.
     assert await stream_writes(StreamPacer(budget=1000, clock=clock), clock, 1) == [6]
 
 
 async def test_steps_streaming_together_share_the_budget() -> None:
     clock = FakeClock()
     # 2 streaming / 10 writes per s: every 200 ms, longer than the steps stream. So each writes
-    # its first text (after 4 ms), then the rest at the end.
+    # its first text (at once), then the rest at the end.
     assert await stream_writes(StreamPacer(budget=10, clock=clock), clock, 2) == [2, 2]
+
+
+async def test_a_steps_first_text_is_written_at_once_and_the_next_at_the_pace() -> None:
+    clock = FakeClock()
+    store = open_store("memory://")
+    model = FedModel(CHUNKS[:3])
+    runner = await SessionRunner.open(store, "first", Agent("a", "x", model), pacer=StreamPacer(clock=clock))
+    assert runner.flush_interval == FIRST_FLUSH == 0
+    try:
+        await runner.submit(SendInput("u-first", "go"))
+        model.feed()
+        await eventually(lambda: model.taken == 1, TIMEOUT, what="the first chunk taken")
+        assert clock.advance(0) == 1  # no time passes: the first text is due at once
+        await runner.wait_for(lambda s: text(s) == CHUNKS[0], TIMEOUT)
+        model.feed()
+        await eventually(lambda: model.taken == 2, TIMEOUT, what="the second chunk taken")
+        assert clock.advance(0.019) == 0  # the next batch waits for the pace (flush_every, 20 ms)
+        assert clock.advance(0.002) == 1
+        await runner.wait_for(lambda s: text(s) == "".join(CHUNKS[:2]), TIMEOUT)
+        model.feed()
+        outcome = await runner.wait_input("u-first", timeout=TIMEOUT)
+        assert outcome.text == "".join(CHUNKS[:3])
+        assert sum(e.type == ai.STREAM for e in await store.read("first")) == 3
+    finally:
+        await runner.close()
 
 
 def test_the_interval_follows_the_streams_and_never_drops_below_the_floor() -> None:
@@ -213,7 +239,7 @@ async def test_a_stopped_step_gives_its_share_of_the_budget_back() -> None:
     try:
         await runner.submit(SendInput("u-stop", "go"))
         await eventually(lambda: model.taken, TIMEOUT, what="the first chunk taken")
-        assert clock.advance(0.004) == 1  # the first text's flush
+        assert clock.advance(0) == 1  # the first text's flush: due at once
         await runner.wait_for(lambda s: text(s) == "c0 ", TIMEOUT)
         assert pacer.streaming == 1
         await runner.submit(StopTurn("stop-1", runner.state.active.id if runner.state.active else ""))

@@ -3,7 +3,8 @@
 A step's parts are not written one by one: they are buffered and flushed as one ``ai.stream``
 event when enough have gathered (``flush_parts``) or a timer fires. The first flush comes after
 ``flush_interval`` (by default on the next turn of the loop) so the first text goes out fast;
-later ones wait longer, as the process's ``StreamPacer`` says. A step's last parts go out with its end, in one batch.
+later ones wait longer, as the process's ``StreamPacer`` says. A step's last parts go out with
+its end, in one batch.
 """
 
 from __future__ import annotations

@@ -43,7 +43,17 @@ from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.run.agent import Agent
 
-__all__ = ["bench_actors", "format_actors"]
+__all__ = ["TARGETS", "bench_actors", "format_actors"]
+
+TARGETS: dict[str, float] = {
+    "nested_parts_per_s": 250_000,
+    "first_nested_part_pooled_ms": 5,
+    "first_nested_part_dedicated_ms": 30,
+    "recovery_s": 0.5,
+}
+"""Issue 15's figures to keep (its "Keep" line): each printed beside its measure, ``ok`` or ``MISSED``.
+The first nested part is judged by its warm p50, recovery by its worst run. Absolute figures move
+2x between machines (they were met on the machine that set them, not on every one)."""
 
 CALL = "d1"
 """The delegate call's id in every parent session (so the child's id is known in advance)."""
@@ -230,7 +240,7 @@ async def bench_actors(
             "max_s": round(max(recovery), 3),
             "runs": [round(r, 3) for r in recovery],
         },
-        "targets": {"nested_parts_per_s": 100_000, "first_nested_part_pooled_ms": 20, "recovery_s": 2},
+        "targets": dict(TARGETS),
     }
 
 
@@ -248,7 +258,7 @@ def format_actors(result: dict[str, Any]) -> str:
     lines = [
         f"nested parts/s (child -> parent, across actors): {rate:,} "
         f"({nested['parts']:,} parts in {nested['seconds']:.3f} s, {nested['nested_writes']} parent writes)"
-        f"  target >= {least:,}  {mark(rate >= least)}",
+        f"  target >= {least:,.0f}  {mark(rate >= least)}",
     ]
     labels = {"pooled": "pooled", "streaming": "pooled, streaming child", "dedicated": "dedicated"}
     for name, label in labels.items():
@@ -259,12 +269,12 @@ def format_actors(result: dict[str, Any]) -> str:
             f"first nested part, {label:<23}: p50 {row['p50_ms']:.1f} ms, max {row['max_ms']:.1f} ms, "
             f"cold {row['cold_ms']:.1f} ms ({row['trials']} trials)"
         )
-        if name == "pooled":
-            line += f"  target <= {targets['first_nested_part_pooled_ms']} ms  "
-            line += mark(row["p50_ms"] <= targets["first_nested_part_pooled_ms"])
+        target = targets.get(f"first_nested_part_{name}_ms")
+        if target is not None:
+            line += f"  target <= {target:g} ms  {mark(row['p50_ms'] <= target)}"
         lines.append(line)
     lines.append(
         f"recovery (host killed -> streaming again): p50 {recovery['p50_s']:.2f} s, max {recovery['max_s']:.2f} s"
-        f"  target <= {targets['recovery_s']} s  {mark(recovery['max_s'] <= targets['recovery_s'])}"
+        f"  target <= {targets['recovery_s']:g} s  {mark(recovery['max_s'] <= targets['recovery_s'])}"
     )
     return "\n".join(lines)

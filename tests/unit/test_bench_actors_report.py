@@ -1,0 +1,38 @@
+"""``troupe bench actors``'s report: every figure beside issue 15's target, ok or MISSED."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.bench.nested import TARGETS, format_actors
+
+
+def _result(*, rate: int, pooled_ms: float, dedicated_ms: float, recovery_max_s: float) -> dict[str, Any]:
+    def first(p50: float) -> dict[str, Any]:
+        return {"p50_ms": p50, "max_ms": p50 * 1.5, "cold_ms": p50 * 2, "trials": 10}
+
+    return {
+        "nested": {"parts": 200_000, "seconds": 200_000 / rate, "parts_per_s": rate, "nested_writes": 120},
+        "first_nested_part": {"pooled": first(pooled_ms), "streaming": first(8.0), "dedicated": first(dedicated_ms)},
+        "recovery": {"p50_s": recovery_max_s - 0.1, "max_s": recovery_max_s, "runs": [recovery_max_s]},
+        "targets": dict(TARGETS),
+    }
+
+
+def _line(report: str, start: str) -> str:
+    return next(line for line in report.splitlines() if line.startswith(start))
+
+
+def test_the_report_holds_each_figure_to_issue_15s_target() -> None:
+    report = format_actors(_result(rate=268_000, pooled_ms=4.9, dedicated_ms=26.8, recovery_max_s=0.45))
+    assert _line(report, "nested parts/s").endswith("target >= 250,000  ok")
+    assert _line(report, "first nested part, pooled  ").endswith("target <= 5 ms  ok")
+    assert _line(report, "first nested part, dedicated").endswith("target <= 30 ms  ok")
+    assert "target" not in _line(report, "first nested part, pooled, streaming")  # no target of its own
+    assert _line(report, "recovery").endswith("target <= 0.5 s  ok")
+
+
+def test_a_figure_over_its_target_is_marked_missed() -> None:
+    report = format_actors(_result(rate=163_000, pooled_ms=11.8, dedicated_ms=68.5, recovery_max_s=1.75))
+    for start in ("nested parts/s", "first nested part, pooled  ", "first nested part, dedicated", "recovery"):
+        assert _line(report, start).endswith("MISSED"), start

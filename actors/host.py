@@ -32,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from actors.boot import BootTimes
 from actors.cluster import Cluster
 from actors.directory import HostDirectory
 from actors.errors import SessionMoved
@@ -135,6 +136,7 @@ class SessionHost:
     def __init__(
         self, name: str, options: HostOptions, cluster: ClusterFactory, *, store: EventStore | None = None
     ) -> None:
+        self.boot = BootTimes.starting()  # when this process reached each stage of its start-up
         if not options.extra.get("local"):
             default_logging()  # a process of its own: stderr, warnings, unless configured (actors.logs)
             tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.run.gc_tuning)
@@ -163,7 +165,7 @@ class SessionHost:
         self.batches = 0
         """``calls`` batches received, and the calls in them (``stats``)."""
         self.batched = 0
-        self.started = time.time()
+        self.started = self.boot.ready = time.time()
         self.directory = HostDirectory(
             self.store,
             name,
@@ -182,7 +184,8 @@ class SessionHost:
 
     async def ready(self) -> dict[str, Any]:
         """Who and where this host is (also: a call that waits until the actor is up)."""
-        return {"name": self.name, "node": self.cluster.node(), "started": self.started, "pid": os.getpid()}
+        node, boot = self.cluster.node(), self.boot.as_dict()
+        return {"name": self.name, "node": node, "started": self.started, "pid": os.getpid(), "boot": boot}
 
     async def watch(self) -> None:
         """Never returns: the supervisor awaits it to learn when this host dies."""
@@ -395,7 +398,9 @@ class SessionHost:
 
         Idempotent: a session already active stays as it is.
         """
-        return await self.directory.recover(self.activate)
+        recovered = await self.directory.recover(self.activate)
+        self.boot.recovered = self.boot.recovered or time.time()
+        return recovered
 
     async def sessions(self) -> dict[str, str]:
         """Active sessions and their agent keys."""

@@ -16,7 +16,9 @@ Three figures, each end to end on a local Ray with a SQLite store:
   reported apart as ``cold`` (it loads the agent on the host).
 - **Recovery.** A session streams a part every 5 ms; its host actor is killed (``ray.kill``,
   Ray restarts it). The time from the kill to the first stream part of the restarted step
-  being committed.
+  being committed, and its legs (``actors.boot``): Ray starting a worker process, the worker's
+  boot, Troupe's imports, the host's ``__init__``, re-activating the session, and its step
+  restarting.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any
 import ray
 
 from actors.bench.local_ray import start_local_ray
+from actors.boot import LEGS, recovery_legs
 from actors.router import rendezvous
 from actors.runtime import Runtime
 from orchestrator.core import event_types as ai
@@ -180,7 +183,8 @@ async def _first_parts(
     }
 
 
-async def _recovery_s(rt: Runtime) -> float:
+async def _recovery_s(rt: Runtime) -> tuple[float, dict[str, float]]:
+    """Seconds from a host's kill to its session's step streaming again, and that time's legs (``actors.boot``)."""
     session_id = f"recover-{uuid.uuid4().hex[:6]}"
     session = rt.session(session_id, agent=Agent("dripper", "Drip.", Drip()))
     await session.prompt("go")
@@ -201,8 +205,9 @@ async def _recovery_s(rt: Runtime) -> float:
     killed = time.time()
     ray.kill(host, no_restart=False)  # Ray restarts the actor; it re-activates its sessions
     _, resumed = await asyncio.wait_for(streaming(step), 60)
+    info = await asyncio.wait_for(host.ready.remote(), 60)  # the restarted host: when it reached each stage
     await session.stop()
-    return resumed - killed
+    return resumed - killed, recovery_legs(info["boot"], killed, resumed)
 
 
 async def bench_actors(
@@ -220,7 +225,7 @@ async def bench_actors(
             rate = await _nested_rate(pooled, parts)
             first_pooled = await _first_parts(pooled, trials, "first")
             first_streaming = await _first_parts(pooled, trials, "streaming", script=STREAMING_CHILD)
-            recovery = [await _recovery_s(pooled) for _ in range(recoveries)]
+            recovered = [await _recovery_s(pooled) for _ in range(recoveries)]
         finally:
             await pooled.close()
         dedicated = Runtime(store=store, namespace=f"bench-d-{uuid.uuid4().hex[:6]}", placement="dedicated")
@@ -232,6 +237,7 @@ async def bench_actors(
     finally:
         if started:
             ray.shutdown()
+    recovery = [seconds for seconds, _ in recovered]
     return {
         "nested": rate,
         "first_nested_part": {"pooled": first_pooled, "streaming": first_streaming, "dedicated": first_dedicated},
@@ -239,6 +245,7 @@ async def bench_actors(
             "p50_s": round(statistics.median(recovery), 3),
             "max_s": round(max(recovery), 3),
             "runs": [round(r, 3) for r in recovery],
+            "legs_p50_s": {leg: round(statistics.median(legs[leg] for _, legs in recovered), 3) for leg in LEGS},
         },
         "targets": dict(TARGETS),
     }
@@ -277,4 +284,7 @@ def format_actors(result: dict[str, Any]) -> str:
         f"recovery (host killed -> streaming again): p50 {recovery['p50_s']:.2f} s, max {recovery['max_s']:.2f} s"
         f"  target <= {targets['recovery_s']:g} s  {mark(recovery['max_s'] <= targets['recovery_s'])}"
     )
+    legs = recovery.get("legs_p50_s")
+    if legs:
+        lines.append("  of which, p50: " + ", ".join(f"{LEGS[leg]} {legs[leg]:.2f} s" for leg in LEGS if leg in legs))
     return "\n".join(lines)

@@ -80,6 +80,10 @@ def test_troupe_bench_actors(workdir: Path) -> None:
     assert figures["first_nested_part"]["streaming"]["trials"] == 2  # a child still streaming after its first text
     assert "pooled, streaming child" in done.stdout
     assert len(figures["recovery"]["runs"]) == 1 and "recovery" in done.stdout
+    legs = figures["recovery"]["legs_p50_s"]  # the restarted host's own start-up stages (actors.boot)
+    assert list(legs) == ["process", "ray", "imports", "init", "reactivate", "resume"]
+    assert sum(legs.values()) == pytest.approx(figures["recovery"]["runs"][0], abs=0.01)
+    assert legs["imports"] > 0 and legs["init"] >= 0 and "Troupe's modules are imported" in done.stdout
 
 
 @pytest.mark.slow

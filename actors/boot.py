@@ -1,0 +1,76 @@
+"""A host process's start-up, stage by stage: what a restart costs before its sessions stream again.
+
+Ray restarts a killed host in a new worker process. The process starts; Ray's worker boots in it
+(Python, ``import ray``, the connection to its node); Troupe's modules are imported (from the
+``actors`` package on: ``actors.IMPORTED_AT``); the host's ``__init__`` runs; the host
+re-activates the sessions it had (``SessionHost.recover``), and each restarts its interrupted
+step. ``BootTimes`` is when each stage ended (seconds since the epoch, this machine's clock), and
+``recovery_legs`` splits a measured recovery, from the kill to the first part committed again,
+into those stages (``troupe bench actors`` prints them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Final
+
+import psutil
+
+import actors
+
+__all__ = ["LEGS", "BootTimes", "recovery_legs"]
+
+LEGS: Final = {
+    "process": "Ray starts a worker process (0: one started ahead)",
+    "ray": "the worker boots (Python, Ray) and takes the actor",
+    "imports": "Troupe's modules are imported",
+    "init": "the host's __init__",
+    "reactivate": "its sessions re-activated",
+    "resume": "the step restarted, to its first part committed",
+}
+"""The stages of a recovery, in order, as ``recovery_legs`` names them."""
+
+
+@dataclass(slots=True)
+class BootTimes:
+    """When this host process reached each stage of its start-up (seconds since the epoch)."""
+
+    process: float
+    """The process started (the OS's record, to 10 ms or so)."""
+    importing: float
+    """Troupe's ``actors`` package began to import (Ray's worker had booted)."""
+    init: float
+    """``SessionHost.__init__`` began (every module imported, the actor's arguments unpickled)."""
+    ready: float = 0.0
+    """``__init__`` ended."""
+    recovered: float = 0.0
+    """The first ``recover`` ended: the sessions the host had are active again (0: not yet)."""
+
+    @classmethod
+    def starting(cls) -> BootTimes:
+        """The times so far, taken as ``__init__`` begins."""
+        return cls(psutil.Process().create_time(), actors.IMPORTED_AT, time.time())
+
+    def as_dict(self) -> dict[str, float]:
+        """The times as a plain dict (what ``SessionHost.ready`` returns under ``boot``)."""
+        return asdict(self)
+
+
+def recovery_legs(boot: dict[str, float], killed: float, resumed: float) -> dict[str, float]:
+    """Seconds each stage of a recovery took (``LEGS``), from ``killed`` to ``resumed``.
+
+    ``boot`` is the restarted host's ``BootTimes.as_dict()``; ``resumed`` is when the first part
+    of the restarted step was committed. The legs add up to ``resumed - killed``. A stage that
+    ended before the one before it (Ray gave the restart a worker it had started ahead, before
+    the kill; the step's first part was committed before ``recover`` returned) counts 0, and the
+    next stage is timed from the end of the one before.
+    """
+    ends = [boot["process"], boot["importing"], boot["init"], boot["ready"], boot["recovered"], resumed]
+    legs: dict[str, float] = {}
+    last = killed
+    for name, end in zip(LEGS, ends, strict=True):
+        end = max(end, last)
+        legs[name] = round(end - last, 4)
+        last = end
+    return legs

@@ -1,0 +1,39 @@
+"""``actors.boot``: a host's start-up stages, and a recovery split into them."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+import actors
+from actors.boot import LEGS, BootTimes, recovery_legs
+
+
+def test_a_hosts_start_up_is_stamped_in_order() -> None:
+    boot = BootTimes.starting()
+    assert boot.process == pytest.approx(psutil.Process().create_time())
+    assert boot.process <= boot.importing == actors.IMPORTED_AT <= boot.init <= time.time()
+    assert boot.ready == boot.recovered == 0.0  # __init__ and the first recover set these
+
+
+def test_the_legs_of_a_recovery_add_up_to_it() -> None:
+    killed = 1000.0
+    boot = {"process": 1000.05, "importing": 1000.6, "init": 1001.3, "ready": 1001.32, "recovered": 1001.4}
+    legs = recovery_legs(boot, killed, resumed=1001.5)
+    assert list(legs) == list(LEGS)
+    assert legs == pytest.approx(
+        {"process": 0.05, "ray": 0.55, "imports": 0.7, "init": 0.02, "reactivate": 0.08, "resume": 0.1}
+    )
+    assert sum(legs.values()) == pytest.approx(1.5)
+
+
+def test_a_stage_that_ended_before_the_one_before_counts_zero() -> None:
+    # Ray gave the restart a worker process it had started ahead (before the kill), and the host
+    # has not recovered yet (recover not returned): each is 0, and the next is timed from before.
+    boot = {"process": 0.2, "importing": 2.0, "init": 3.0, "ready": 4.0, "recovered": 0.0}
+    legs = recovery_legs(boot, killed=0.5, resumed=4.5)
+    assert legs["process"] == 0.0 and legs["ray"] == pytest.approx(1.5)
+    assert legs["reactivate"] == 0.0 and legs["resume"] == pytest.approx(0.5)
+    assert sum(legs.values()) == pytest.approx(4.0)

@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 
 import actors
-from actors.boot import LEGS, BootTimes, recovery_legs
+from actors.boot import LEGS, BootTimes, process_started, recovery_legs
+
+_CHILD = "import time; t0 = time.time(); from actors.boot import process_started; print(t0, process_started())"
+
+
+def test_a_process_start_is_read_from_the_kernel_before_its_code_runs() -> None:
+    child = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, check=True)
+    code_began, started = map(float, child.stdout.split())
+    assert started <= code_began + 0.02  # the process existed before its first line ran (to a clock tick)
+    assert process_started() == pytest.approx(psutil.Process(os.getpid()).create_time(), abs=1.5)
 
 
 def test_a_hosts_start_up_is_stamped_in_order() -> None:
     boot = BootTimes.starting()
-    assert boot.process == pytest.approx(psutil.Process().create_time())
+    assert boot.process == pytest.approx(process_started(), abs=0.05)
     assert boot.process <= boot.importing == actors.IMPORTED_AT <= boot.init <= time.time()
     assert boot.ready == boot.recovered == 0.0  # __init__ and the first recover set these
 

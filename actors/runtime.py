@@ -123,6 +123,7 @@ class Runtime(BaseRuntime):
         owns: bool | None = None,
         trim_every: float = TRIM_EVERY,
         interest_seconds: float = 30.0,
+        spare_workers: int = 1,
     ) -> None:
         if placement not in ("pooled", "dedicated"):
             raise UsageError(f"placement must be 'pooled' or 'dedicated', not {placement!r}")
@@ -161,6 +162,9 @@ class Runtime(BaseRuntime):
         if isinstance(interest_seconds, bool) or not isinstance(interest_seconds, int | float) or interest_seconds <= 0:
             raise UsageError(f"interest_seconds must be a positive number of seconds, not {interest_seconds!r}")
         self.interest_seconds = float(interest_seconds)
+        if isinstance(spare_workers, bool) or not isinstance(spare_workers, int) or spare_workers < 0:
+            raise UsageError(f"spare_workers must be a whole number per node (0: none), not {spare_workers!r}")
+        self.spare_workers = spare_workers
         super().__init__()
         self.ray_options = dict(ray_options or {})
         self.owns = owns
@@ -280,7 +284,13 @@ class Runtime(BaseRuntime):
                 get_if_exists=get_if_exists,
             )
             return actor.remote(
-                self.namespace, self.host_names, self.placement, self._options, self.warm, self.dedicated_limits()
+                self.namespace,
+                self.host_names,
+                self.placement,
+                self._options,
+                self.warm,
+                self.dedicated_limits(),
+                self.spare_workers,
             )
 
         self.supervisor, created = _create_or_get(supervisor, SUPERVISOR_NAME, self.namespace)
@@ -367,6 +377,7 @@ class Runtime(BaseRuntime):
             "nested_delay": self.nested_delay,
             "sqlite_writer": self.sqlite_writer,
             "warm": self.warm,
+            "spare_workers": self.spare_workers,
             "max_dedicated": self.max_dedicated,
             "dedicated_wait": self.dedicated_wait,
             "trim_every": self.trim_every,

@@ -32,6 +32,7 @@ from actors.logs import default_logging
 from actors.options import ACTOR_ERRORS, host_actor
 from actors.ray_cluster import RayCluster
 from actors.router import Router
+from actors.spare_workers import REFRESH, prestart
 
 __all__ = ["Supervisor"]
 
@@ -71,6 +72,7 @@ class Supervisor:
         host_options: Any,
         warm: int = 2,
         limits: DedicatedLimits | None = None,
+        spares: int = 1,
     ) -> None:
         default_logging()  # a process of its own: stderr, warnings, unless configured (actors.logs)
         self.namespace = namespace
@@ -90,6 +92,11 @@ class Supervisor:
         self.started = time.time()
         self._starting: asyncio.Task[dict[str, Any]] | None = None
         self._nodes: dict[str, str | None] = {}
+        self.spares = spares
+        """Idle Ray workers kept started ahead on each hosts' node, for restarts (``actors.spare_workers``)."""
+        self._spares: dict[str, int] = {"asked": 0, "refused": 0}
+        self._spare_rounds: asyncio.Task[None] | None = None
+        self._asking: set[asyncio.Future[None]] = set()
         with contextlib.suppress(RuntimeError):  # no running loop: a plain (test) instance
             # A restarted supervisor rebuilds its directory and watches the hosts again by itself.
             self._starting = asyncio.get_running_loop().create_task(self.start())
@@ -101,6 +108,8 @@ class Supervisor:
         await asyncio.gather(*(self._located(name) for name in self.hosts))
         for name in self.hosts:
             self._watch(name)
+        if self.spares and self._spare_rounds is None:
+            self._spare_rounds = asyncio.ensure_future(self._keep_spares())
         await self.rebuild()
         if self.placement == "dedicated":
             await self.pool.fill()
@@ -138,9 +147,26 @@ class Supervisor:
                 self.recoveries.append(
                     {"host": name, "sessions": len(recovered), "seconds": round(time.monotonic() - died, 3)}
                 )
+                node = self._nodes.get(name)
+                if self.spares and node is not None:  # the restart took this node's spare: ask for the next
+                    asking = asyncio.ensure_future(self._ask_spares([node]))
+                    self._asking.add(asking)
+                    asking.add_done_callback(self._asking.discard)
                 log.info("host_recovered", host=name, sessions=len(recovered))
             except ValueError:  # the host does not exist (yet)
                 await asyncio.sleep(0.2)
+
+    async def _keep_spares(self) -> None:
+        """Ask every hosts' node for its spare workers now, and again every ``REFRESH`` seconds."""
+        while True:
+            nodes = sorted({node for node in self._nodes.values() if node is not None}) or _live_nodes()
+            await self._ask_spares(nodes)
+            await asyncio.sleep(REFRESH)
+
+    async def _ask_spares(self, nodes: Sequence[str]) -> None:
+        for node in nodes:
+            done = await asyncio.to_thread(prestart, node, self.spares)
+            self._spares["asked" if done else "refused"] += self.spares
 
     async def _revive(self, name: str) -> None:
         """Wait for Ray to restart host ``name``, or move it if its node is gone."""
@@ -237,6 +263,7 @@ class Supervisor:
             "pool": len(self.pool.free),
             "dedicated": self.pool.stats() if self.placement == "dedicated" else None,
             "started": self.started,  # a restart re-runs __init__: a new time
+            "spares": {"per_node": self.spares, **self._spares},
         }
 
     # -- dedicated placement ----------------------------------------------------------------------------

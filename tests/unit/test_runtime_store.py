@@ -44,6 +44,14 @@ def test_an_interest_that_is_not_a_positive_number_of_seconds_is_refused_when_th
         Runtime(store="sqlite:////tmp/troupe-never-opened.db", interest_seconds=seconds)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("count", [-1, 1.5, True, "1"])
+def test_a_spare_worker_count_that_is_not_a_whole_number_is_refused_when_the_runtime_is_made(count: object) -> None:
+    from actors.runtime import Runtime
+
+    with pytest.raises(UsageError, match=r"spare_workers must be a whole number per node \(0: none\)"):
+        Runtime(store="sqlite:////tmp/troupe-never-opened.db", spare_workers=count)  # type: ignore[arg-type]
+
+
 def test_the_hosts_keep_mutations_for_a_poller_as_long_as_the_runtime_says() -> None:
     from actors.host import HostOptions, SessionHost
     from actors.local import InProcessCluster

@@ -9,7 +9,7 @@ supervisor asks each hosts' node for ``spares`` idle workers of its job, kept ``
 seconds from Ray's reaping of idle workers: at its start, after every recovery on that node, and
 every ``REFRESH`` seconds (a spare some other task took is replaced then). A restart takes one:
 the ``ray`` leg fell to 0.02-0.03 s, a recovery to 0.89-0.91 s. Each costs its idle process
-(a Python with Ray imported: ~40 MB) and ~1 CPU-second to start.
+(a Python with Ray imported: ~45 MB of its own) and ~1 CPU-second to start.
 
 Ray's public API has no call for it: this uses the raylet's ``PrestartWorkers`` RPC (Ray 2.60,
 which ``pyproject.toml`` pins). If the call fails (another Ray, a node gone, the raylet's gRPC

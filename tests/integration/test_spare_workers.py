@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
 
 from actors.runtime import Runtime
@@ -23,6 +24,24 @@ async def _spares(rt: Runtime, asked: int) -> dict[str, int]:
         spares: dict[str, int] = (await asyncio.wait_for(rt.supervisor.info.remote(), TIMEOUT))["spares"]
         if spares["asked"] >= asked or time.monotonic() > deadline:
             return spares
+        await asyncio.sleep(0.05)
+
+
+def _idle_workers() -> set[int]:
+    """The pids of Ray's idle workers on this machine (a worker that has booted and waits for work)."""
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if cmdline and cmdline[0].startswith("ray::IDLE"):
+            found.add(process.pid)
+    return found
+
+
+async def _a_new_idle_worker(before: set[int]) -> None:
+    """Wait until an idle worker that was not there ``before`` has booted (a spare boots for ~0.5 s or more)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not _idle_workers() - before:
+        assert time.monotonic() < deadline, "no spare worker booted"
         await asyncio.sleep(0.05)
 
 
@@ -42,10 +61,12 @@ async def _restarted(host: Any, pid: int) -> dict[str, Any]:
 
 async def test_a_restarted_host_runs_in_a_worker_started_ahead(tmp_path: Path) -> None:
     rt = Runtime(store=f"sqlite:///{tmp_path / 'troupe.db'}", namespace=f"t-{uuid.uuid4().hex[:8]}", hosts_per_node=2)
+    idle = _idle_workers()  # those left by earlier tests: the hosts and the supervisor may take them
     await rt.start()
     try:
         spares = await _spares(rt, asked=1)
         assert spares == {"per_node": 1, "asked": 1, "refused": 0}
+        await _a_new_idle_worker(idle)  # a restart right after the ask, while the spare boots, boots its own
         host = rt.router.host(rt.host_names[0])
         before = await asyncio.wait_for(host.ready.remote(), TIMEOUT)
         killed = time.time()

@@ -2,11 +2,13 @@
 
 Ray restarts a killed host in a new worker process. The process starts; Ray's worker boots in it
 (Python, ``import ray``, the connection to its node); Troupe's modules are imported (from the
-``actors`` package on: ``actors.IMPORTED_AT``); the host's ``__init__`` runs; the host
-re-activates the sessions it had (``SessionHost.recover``), and each restarts its interrupted
-step. ``BootTimes`` is when each stage ended (seconds since the epoch, this machine's clock), and
-``recovery_legs`` splits a measured recovery, from the kill to the first part committed again,
-into those stages (``troupe bench actors`` prints them).
+``actors`` package, ``actors.IMPORTED_AT``, to the end of ``actors.host``, ``LOADED_AT``); Ray
+hands the worker the actor; the host's ``__init__`` runs; the host re-activates the sessions it
+had (``SessionHost.recover``), and each restarts its interrupted step. A worker Ray started ahead
+(``actors.spare_workers``) with Troupe imported ahead (``actors.options.PRELOAD_MODULES``) has
+done the first three before the crash. ``BootTimes`` is when each stage ended (seconds since the
+epoch, this machine's clock), and ``recovery_legs`` splits a measured recovery, from the kill to
+the first part committed again, into those stages (``troupe bench actors`` prints them).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ __all__ = ["LEGS", "BootTimes", "process_started", "recovery_legs"]
 
 LEGS: Final = {
     "process": "Ray starts a worker process (0: one started ahead)",
-    "ray": "the worker boots (Python, Ray) and takes the actor",
-    "imports": "Troupe's modules are imported",
+    "ray": "the worker boots (Python, Ray) and, unless Troupe was imported ahead, takes the actor",
+    "imports": "Troupe's modules are imported (0: imported ahead)",
+    "actor": "the actor's arguments unpickled (Troupe imported ahead: from the kill, Ray hands it over)",
     "init": "the host's __init__",
     "reactivate": "its sessions re-activated",
     "resume": "the step restarted, to its first part committed",
@@ -41,6 +44,8 @@ class BootTimes:
     """The process started (``process_started``)."""
     importing: float
     """Troupe's ``actors`` package began to import (Ray's worker had booted)."""
+    imported: float
+    """``actors.host`` was imported: every module a host runs is loaded."""
     init: float
     """``SessionHost.__init__`` began (every module imported, the actor's arguments unpickled)."""
     ready: float = 0.0
@@ -49,9 +54,9 @@ class BootTimes:
     """The first ``recover`` ended: the sessions the host had are active again (0: not yet)."""
 
     @classmethod
-    def starting(cls) -> BootTimes:
-        """The times so far, taken as ``__init__`` begins."""
-        return cls(process_started(), actors.IMPORTED_AT, time.time())
+    def starting(cls, imported: float) -> BootTimes:
+        """The times so far, taken as ``__init__`` begins; ``imported``: ``actors.host.LOADED_AT``."""
+        return cls(process_started(), actors.IMPORTED_AT, imported, time.time())
 
     def as_dict(self) -> dict[str, float]:
         """The times as a plain dict (what ``SessionHost.ready`` returns under ``boot``)."""
@@ -80,10 +85,18 @@ def recovery_legs(boot: dict[str, float], killed: float, resumed: float) -> dict
     ``boot`` is the restarted host's ``BootTimes.as_dict()``; ``resumed`` is when the first part
     of the restarted step was committed. The legs add up to ``resumed - killed``. A stage that
     ended before the one before it (Ray gave the restart a worker it had started ahead, before
-    the kill; the step's first part was committed before ``recover`` returned) counts 0, and the
-    next stage is timed from the end of the one before.
+    the kill, and imported Troupe in it; the step's first part was committed before ``recover``
+    returned) counts 0, and the next stage is timed from the end of the one before.
     """
-    ends = [boot["process"], boot["importing"], boot["init"], boot["ready"], boot["recovered"], resumed]
+    ends = [
+        boot["process"],
+        boot["importing"],
+        boot["imported"],
+        boot["init"],
+        boot["ready"],
+        boot["recovered"],
+        resumed,
+    ]
     legs: dict[str, float] = {}
     last = killed
     for name, end in zip(LEGS, ends, strict=True):

@@ -136,7 +136,7 @@ class SessionHost:
     def __init__(
         self, name: str, options: HostOptions, cluster: ClusterFactory, *, store: EventStore | None = None
     ) -> None:
-        self.boot = BootTimes.starting()  # when this process reached each stage of its start-up
+        self.boot = BootTimes.starting(LOADED_AT)  # when this process reached each stage of its start-up
         if not options.extra.get("local"):
             default_logging()  # a process of its own: stderr, warnings, unless configured (actors.logs)
             tune_gc()  # this process is ours: collect in larger, rarer steps (orchestrator.run.gc_tuning)
@@ -598,3 +598,7 @@ def _portable(error: BaseException) -> BaseException:
     except Exception:
         return RuntimeError(f"{type(error).__name__}: {error}")
     return error
+
+
+LOADED_AT = time.time()
+"""When this module finished importing: every module a host runs is loaded (``actors.boot``)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import ray
 
+from actors.options import own_ray_options
 from actors.runtime import Runtime
 
 __all__ = ["bench_runtime", "start_local_ray"]
@@ -25,16 +26,14 @@ __all__ = ["bench_runtime", "start_local_ray"]
 def start_local_ray(namespace: str) -> bool:
     """Start a local Ray for a benchmark unless this process is connected to one; whether it started one.
 
+    Started as a ``Runtime`` starts its own (``own_ray_options``), so a benchmark measures that.
+
     The caller that started it shuts it down (``ray.shutdown()``) when it is done.
     """
     if ray.is_initialized():
         return False
-    ray.init(
-        include_dashboard=False,
-        log_to_driver=False,
-        _temp_dir=tempfile.mkdtemp(prefix="troupe-ray-"),
-        namespace=namespace,
-    )
+    options = own_ray_options(None, {"_temp_dir": tempfile.mkdtemp(prefix="troupe-ray-")})
+    ray.init(namespace=namespace, **options)
     return True
 
 

@@ -81,9 +81,12 @@ def test_troupe_bench_actors(workdir: Path) -> None:
     assert "pooled, streaming child" in done.stdout
     assert len(figures["recovery"]["runs"]) == 1 and "recovery" in done.stdout
     legs = figures["recovery"]["legs_p50_s"]  # the restarted host's own start-up stages (actors.boot)
-    assert list(legs) == ["process", "ray", "imports", "init", "reactivate", "resume"]
+    assert list(legs) == ["process", "ray", "imports", "actor", "init", "reactivate", "resume"]
     assert sum(legs.values()) == pytest.approx(figures["recovery"]["runs"][0], abs=0.01)
-    assert legs["imports"] > 0 and legs["init"] >= 0 and "Troupe's modules are imported" in done.stdout
+    # Until __init__ runs, the time goes to a worker booting and importing Troupe, or (a spare with
+    # Troupe imported ahead, actors.options.PRELOAD_MODULES) to Ray handing the actor over.
+    assert legs["ray"] + legs["imports"] + legs["actor"] > 0 and legs["init"] >= 0
+    assert "Troupe's modules are imported" in done.stdout and "arguments unpickled" in done.stdout
 
 
 @pytest.mark.slow

@@ -1,8 +1,8 @@
 """The Ray a ``Runtime`` starts itself: only what sessions need, and nothing left behind by a killed driver.
 
 A separate driver process starts a ``Runtime`` (so a Ray of its own, in a temp dir of its own),
-runs a turn and prints its Ray session name; every process of that Ray carries the name in its
-command line. Then the driver is SIGKILLed, as a crash would, and every one of them must go.
+runs a turn, asks a Ray task whether its worker had Troupe imported ahead, and prints its Ray
+session name; every process of that Ray carries the name in its command line. Then the driver is SIGKILLed, as a crash would, and every one of them must go.
 """
 
 from __future__ import annotations
@@ -36,7 +36,13 @@ async def main() -> None:
     turn = await rt.session("s-1", agent=agent).prompt("hello")
     assert (await turn.finished).success
     import ray
-    print("session", ray.get_runtime_context().get_session_name(), flush=True)
+
+    @ray.remote
+    def preloaded() -> bool:  # defined here, so running it imports nothing of Troupe's
+        return "actors.supervisor" in sys.modules
+
+    loaded = ray.get(preloaded.remote(), timeout=60)
+    print("session", ray.get_runtime_context().get_session_name(), loaded, flush=True)
     await asyncio.sleep(3600)
 
 asyncio.run(main())
@@ -70,7 +76,8 @@ def test_a_killed_drivers_own_ray_goes_with_it(tmp_path: Path) -> None:
     try:
         line = driver.stdout.readline()
         assert line.startswith("session "), f"the driver did not start: {line!r}"
-        session = line.split()[1]
+        session, preloaded = line.split()[1:]
+        assert preloaded == "True", "a worker of the runtime's own Ray did not have Troupe imported ahead"
         started = processes_of(session)
         commands = [" ".join(p.cmdline()) for p in started]
         assert any("raylet" in c for c in commands), commands
@@ -80,6 +87,7 @@ def test_a_killed_drivers_own_ray_goes_with_it(tmp_path: Path) -> None:
         (encoded,) = [a.split("=", 1)[1] for a in gcs if a.startswith("--config_list=")]
         config = json.loads(base64.b64decode(encoded))
         assert config["enable_metrics_collection"] is False and config["enable_timeline"] is False, config
+        assert config["preload_python_modules"] == ["actors.supervisor"], config  # actors.options.PRELOAD_MODULES
         heads = [c for c in commands if "dashboard/dashboard.py" in c]
         assert all("--disable-frontend" in c and "--modules-to-load=UsageStatsHead" in c for c in heads), heads
     finally:

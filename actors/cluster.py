@@ -8,7 +8,8 @@ nothing outside it: its sub-agents run on it, and its agents are the client's ow
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
 from actors.registry import AgentCodec
 from actors.subagents import SubAgents
@@ -33,8 +34,8 @@ class Cluster(Protocol):
         """The sub-agent port of a session running ``agent_key``."""
         ...
 
-    def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> None:
-        """Send a child's batch to its parent on another host (fire and forget)."""
+    def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> Awaitable[Any]:
+        """Send a child's batch to its parent on another host; awaiting the result waits for that host."""
         ...
 
     async def report(self, entries: dict[str, str], version: tuple[float, int]) -> None:

@@ -12,6 +12,8 @@ run, and an agent need not be picklable here (on Ray it must be).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Awaitable
+from typing import Any
 
 from actors.base import BaseRuntime
 from actors.host import HostOptions, SessionHost
@@ -42,7 +44,7 @@ class InProcessCluster:
         """Sub-agents run on this same host."""
         return HostChildren(sub, agent_key)
 
-    def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> None:
+    def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> Awaitable[Any]:
         """Never called: every parent is on this host, and gets its batches directly."""
         raise AssertionError(f"an in-process host has no other host ({parent_host!r}) to deliver to")
 

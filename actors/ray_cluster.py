@@ -11,6 +11,8 @@ constructor after a crash, in the host's own process, so the cluster is built th
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable
+from typing import Any
 
 import ray
 from ray import cloudpickle
@@ -67,9 +69,10 @@ class RayCluster:
         """A session's sub-agent port: its children run on the hosts the router places them on."""
         return RayChildren(sub, self.router, agent_key)
 
-    def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> None:
-        """Send a child's batch to its parent on another host (fire and forget)."""
-        self.router.host(parent_host).deliver.remote(parent_id, batch)
+    def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> Awaitable[Any]:
+        """Send a child's batch to its parent on another host: the call's result (``actors.batch_sender``)."""
+        ref: Awaitable[Any] = self.router.host(parent_host).deliver.remote(parent_id, batch)
+        return ref
 
     async def report(self, entries: dict[str, str], version: tuple[float, int]) -> None:
         """Tell the supervisor this host's active sessions (fire and forget)."""

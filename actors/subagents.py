@@ -3,10 +3,11 @@
 A delegate call's child session is a session like any other on the host that runs it; what is
 particular to it lives here. ``SubAgents.run`` drives the child for its parent and streams the
 child's batches to the parent's host (a direct call when the parent is on the same host, else
-the cluster's fire-and-forget ``deliver``); a repeated ``run`` (the parent recovered) re-attaches:
-a snapshot first, then batches. ``HostChildren`` is the ``Children`` port of a host whose
-sub-agents all run on it (the in-process runtime); ``actors.children.RayChildren`` routes them
-across hosts and calls this one for the children that land here.
+the cluster's ``deliver``, one call in flight: ``actors.batch_sender``); a repeated ``run`` (the
+parent recovered) re-attaches: a snapshot first, then batches. ``HostChildren`` is the
+``Children`` port of a host whose sub-agents all run on it (the in-process runtime);
+``actors.children.RayChildren`` routes them across hosts and calls this one for the children
+that land here.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from actors.batch_sender import BatchSender
 from actors.registry import AgentRegistry
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.commands import Command, PauseSession, Respond, ResumeSession, StopTurn
@@ -31,8 +33,8 @@ __all__ = ["FINISHED_CHILD_LINGER", "ChildHost", "HostChildren", "SubAgents"]
 FINISHED_CHILD_LINGER = 0.5
 """Seconds a finished sub-agent stays in memory: its result is durable, and a re-attach refolds it."""
 
-RemoteDeliver = Callable[[str, str, ChildBatch], None]
-"""Send a child's batch to the parent session on another host (fire and forget)."""
+RemoteDeliver = Callable[[str, str, ChildBatch], Awaitable[Any]]
+"""Send a child's batch to the parent session on another host (awaiting it waits for that host)."""
 
 
 class HostedSession(Protocol):
@@ -135,12 +137,12 @@ class SubAgents:
             return local
         remote_deliver = self.remote_deliver
 
-        async def remote(batch: ChildBatch) -> None:
-            # Fire and forget: batches carry sequence numbers, and a lost one is healed by the
-            # snapshot the child sends when the parent re-attaches.
-            remote_deliver(parent_host, parent_id, batch)
+        def send(batch: ChildBatch) -> Awaitable[Any]:
+            return remote_deliver(parent_host, parent_id, batch)
 
-        return remote
+        # Never awaited by the child: batches carry sequence numbers, and a lost one is healed by
+        # the snapshot the child sends when the parent re-attaches (and with its result).
+        return BatchSender(send)
 
     async def deliver(self, session_id: str, batch: ChildBatch) -> None:
         """A child's batch for session ``session_id`` (a parent hosted here; dropped if it is not)."""

@@ -66,6 +66,21 @@ class ChildBatch:
     wire: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
     """``actions`` in their wire form, when this batch was decoded from it (else ``None``)."""
 
+    def then(self, later: ChildBatch) -> ChildBatch | None:
+        """This batch and ``later`` as one (applying it is applying both, in order); ``None`` if they do not join.
+
+        A snapshot (``prev`` is ``None``) covers everything before it, so it replaces this batch;
+        a batch that follows this one (its ``prev`` is this ``seq``) is appended to it.
+        """
+        if later.call_id != self.call_id:
+            return None
+        if later.prev is None:
+            return later if later.seq >= self.seq else None
+        if later.prev != self.seq:
+            return None
+        wire = self.wire + later.wire if self.wire is not None and later.wire is not None else None
+        return ChildBatch(self.call_id, later.seq, self.prev, self.actions + later.actions, wire)
+
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled as wire dicts: plain data, whatever the actions hold (ropes, shared vectors).
         wire = self.wire if self.wire is not None else tuple(action_to_wire(a) for a in self.actions)

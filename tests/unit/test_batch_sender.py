@@ -1,0 +1,148 @@
+"""``BatchSender``: a child's batches to a parent on another host, one call in flight, the rest joined.
+
+The joining is ``ChildBatch.then``: applying the joined batch is applying both in order. The
+sender's calls here are coroutines that take a while, as a Ray call to a busy host does; the
+last test runs a real delegate call through a sender whose calls pickle the batch and land late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+
+from actors.batch_sender import BatchSender
+from orchestrator.core.actions import ApplyPart
+from orchestrator.core.fold import fold_events
+from orchestrator.core.stream import TextDelta
+from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult, Deliver
+from orchestrator.run.inprocess import LocalChildren
+from orchestrator.run.runner import SessionRunner
+from orchestrator.store import open_store
+from orchestrator.store.base import EventStore
+from orchestrator.testing import eventually
+from tests.unit.test_runner import call, delegating_agents, turn
+
+
+def part(text: str) -> ApplyPart:
+    return ApplyPart(TextDelta(text))
+
+
+def batch(seq: int, prev: int | None, *texts: str, call_id: str = "c1") -> ChildBatch:
+    return ChildBatch(call_id, seq, prev, tuple(part(t) for t in texts))
+
+
+def test_a_batch_that_follows_is_appended_and_a_snapshot_replaces() -> None:
+    first, second = batch(3, 2, "a"), batch(5, 3, "b", "c")
+    joined = first.then(second)
+    assert joined == ChildBatch("c1", 5, 2, (part("a"), part("b"), part("c")))
+    snapshot = batch(6, None, "whole run")
+    assert joined.then(snapshot) == snapshot  # it covers everything before it
+    assert first.then(batch(9, 7, "gap")) is None  # does not follow: kept apart
+    assert first.then(batch(4, 3, "x", call_id="c2")) is None  # another call's
+    assert batch(6, None, "new").then(batch(4, None, "old")) is None  # an older snapshot does not replace
+    wired = pickle.loads(pickle.dumps(first)).then(pickle.loads(pickle.dumps(second)))
+    assert wired is not None and wired.wire is not None and len(wired.wire) == 3  # the wire form joins too
+
+
+class SlowCalls:
+    """Calls that each take until ``release``; records what each carried."""
+
+    def __init__(self) -> None:
+        self.sent: list[ChildBatch] = []
+        self.gates: list[asyncio.Future[None]] = []
+
+    def __call__(self, sent: ChildBatch) -> asyncio.Future[None]:
+        self.sent.append(sent)
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.gates.append(gate)
+        return gate
+
+    async def release(self, error: Exception | None = None) -> None:
+        gate = self.gates[len(self.sent) - 1]
+        if error is None:
+            gate.set_result(None)
+        else:
+            gate.set_exception(error)
+        await asyncio.sleep(0)
+
+
+async def test_one_call_is_in_flight_and_the_batches_made_meanwhile_go_joined() -> None:
+    calls = SlowCalls()
+    send = BatchSender(calls)
+    await send(batch(1, None, "snapshot"))
+    assert calls.sent == [batch(1, None, "snapshot")]  # a quiet child's batch goes at once
+    for seq in (2, 3, 4):
+        await send(batch(seq, seq - 1, f"t{seq}"))
+    assert len(calls.sent) == 1  # waiting for the call in flight
+    await calls.release()
+    assert calls.sent[1] == ChildBatch("c1", 4, 1, (part("t2"), part("t3"), part("t4")))
+    await calls.release()
+    await send(batch(5, 4, "t5"))
+    assert calls.sent[2] == batch(5, 4, "t5")  # nothing in flight: at once again
+
+
+async def test_a_failed_call_loses_its_batch_and_the_next_still_goes() -> None:
+    calls = SlowCalls()
+    send = BatchSender(calls)
+    await send(batch(1, None, "a"))
+    await send(batch(2, 1, "b"))
+    await calls.release(RuntimeError("the parent's host died"))
+    assert calls.sent[1] == batch(2, 1, "b")
+
+
+async def test_a_send_that_raises_at_once_loses_only_that_batch() -> None:
+    attempts: list[int] = []
+
+    def send_or_fail(sent: ChildBatch) -> asyncio.Future[None]:
+        attempts.append(sent.seq)
+        if sent.seq == 1:
+            raise ValueError("no host by that name")  # what a lookup of a host being re-created raises
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+    send = BatchSender(send_or_fail)
+    await send(batch(1, None, "a"))
+    await send(batch(2, 1, "b"))
+    assert attempts == [1, 2]
+
+
+class LateChildren(LocalChildren):
+    """In-process sub-agents whose batches reach the parent through a ``BatchSender``, pickled, late."""
+
+    def __init__(self, store: EventStore) -> None:
+        super().__init__(store)
+        self.made = 0
+        self.sent = 0
+        self.senders: list[BatchSender] = []
+
+    async def run(self, request: ChildRequest, deliver: Deliver) -> ChildResult:
+        async def land(sent: ChildBatch) -> None:
+            self.sent += 1
+            await asyncio.sleep(0.01)  # a busy parent host
+            await deliver(pickle.loads(pickle.dumps(sent)))
+
+        sender = BatchSender(land)
+        self.senders.append(sender)
+
+        async def made(made_batch: ChildBatch) -> None:
+            self.made += 1
+            await sender(made_batch)
+
+        return await super().run(request, made)
+
+
+async def test_a_parent_fed_by_a_sender_folds_the_same_conversation() -> None:
+    store = open_store("memory://")
+    children = LateChildren(store)
+    runner = await SessionRunner.open(store, "s-1", delegating_agents(), children=children)
+    try:
+        assert await turn(runner, "u-1", "compare") == "completed"
+        assert 0 < children.sent < children.made  # batches were joined while calls were in flight
+        assert fold_events(await store.read("s-1")) == runner.state
+        research = call(runner.state, "delegate_to_researcher")
+        assert research.agent is not None and research.agent.messages[-1].text
+        await eventually(lambda: not any(s.busy for s in children.senders), 5, what="the last calls to land")
+    finally:
+        await runner.close()
+        await children.close()

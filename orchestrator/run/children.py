@@ -20,7 +20,7 @@ from orchestrator.core.actions import ApplyPart, SessionAction, ToolPhase
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.commands import Respond
 from orchestrator.core.parts import NestedRun
-from orchestrator.core.stream import RunSnapshot
+from orchestrator.core.stream import Reasoning, RunSnapshot, TextDelta, ToolCall
 from orchestrator.core.wire import action_from_wire, action_to_wire
 from orchestrator.run.agent import Agent
 from orchestrator.run.log import Applied
@@ -44,6 +44,10 @@ class ChildRequest:
     """What it was asked to do (its first input)."""
 
 
+VISIBLE = (TextDelta, Reasoning, ToolCall)
+"""The stream parts a client shows: a call's first one is on the latency path (``ChildBatch.visible``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ChildBatch:
     """What the child's conversation did, for the parent to apply under the call.
@@ -65,6 +69,10 @@ class ChildBatch:
     """The child's session actions, relative to its own conversation."""
     wire: tuple[dict[str, Any], ...] | None = field(default=None, compare=False, repr=False)
     """``actions`` in their wire form, when this batch was decoded from it (else ``None``)."""
+
+    def visible(self) -> bool:
+        """Whether it brings a part a client shows (text, reasoning, a tool call)."""
+        return any(isinstance(a, ApplyPart) and isinstance(a.part, VISIBLE) for a in self.actions)
 
     def then(self, later: ChildBatch) -> ChildBatch | None:
         """This batch and ``later`` as one (applying it is applying both, in order); ``None`` if they do not join.

@@ -23,21 +23,16 @@ from typing import Protocol
 
 from orchestrator.core import event_types as ai
 from orchestrator.core._json import JsonObject
-from orchestrator.core.actions import ApplyPart
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.approvals import split_nested
 from orchestrator.core.commands import Decision, Respond
 from orchestrator.core.events import Event
 from orchestrator.core.ids import child_session_id
 from orchestrator.core.payloads import Nested
-from orchestrator.core.stream import Reasoning, TextDelta, ToolCall
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
 from orchestrator.run.log import SessionLog
 from orchestrator.run.pacing import StreamPacer
-
-_VISIBLE = (TextDelta, Reasoning, ToolCall)
-"""The stream parts a client shows: a call's first one is written at once."""
 
 __all__ = ["InboxHost", "NestedInbox", "respond_nested"]
 
@@ -105,7 +100,7 @@ class NestedInbox:
         shown = self._shown
         if shown is not None and batch.call_id in shown:
             return False
-        if not any(isinstance(a, ApplyPart) and isinstance(a.part, _VISIBLE) for a in batch.actions):
+        if not batch.visible():
             return False
         if shown is None:
             shown = self._shown = set()

@@ -13,7 +13,7 @@ import pickle
 from actors.batch_sender import BatchSender
 from orchestrator.core.actions import ApplyPart
 from orchestrator.core.fold import fold_events
-from orchestrator.core.stream import TextDelta
+from orchestrator.core.stream import MessageStart, TextDelta
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult, Deliver
 from orchestrator.run.inprocess import LocalChildren
 from orchestrator.run.runner import SessionRunner
@@ -79,6 +79,24 @@ async def test_one_call_is_in_flight_and_the_batches_made_meanwhile_go_joined() 
     await calls.release()
     await send(batch(5, 4, "t5"))
     assert calls.sent[2] == batch(5, 4, "t5")  # nothing in flight: at once again
+
+
+async def test_the_first_visible_part_goes_at_once_with_what_came_before_it() -> None:
+    calls = SlowCalls()
+    send = BatchSender(calls)
+    started = ChildBatch("c1", 1, None, (ApplyPart(MessageStart("m1")),))  # nothing a client shows
+    await send(started)
+    await send(ChildBatch("c1", 2, 1, (ApplyPart(MessageStart("m2")),)))
+    assert len(calls.sent) == 1  # the first call is in flight: this one waits
+    await send(batch(3, 2, "Hello"))
+    assert calls.sent[1] == ChildBatch("c1", 3, 1, (ApplyPart(MessageStart("m2")), part("Hello")))  # not waiting
+    await send(batch(4, 3, " world"))
+    assert len(calls.sent) == 2  # later text waits its turn again
+    calls.gates[0].set_result(None)
+    await asyncio.sleep(0)
+    assert len(calls.sent) == 2  # one call still in flight
+    await calls.release()
+    assert calls.sent[2] == batch(4, 3, " world")
 
 
 async def test_a_failed_call_loses_its_batch_and_the_next_still_goes() -> None:

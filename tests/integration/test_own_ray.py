@@ -2,7 +2,8 @@
 
 A separate driver process starts a ``Runtime`` (so a Ray of its own, in a temp dir of its own),
 runs a turn, asks a Ray task whether its worker had Troupe imported ahead, and prints its Ray
-session name; every process of that Ray carries the name in its command line. Then the driver is SIGKILLed, as a crash would, and every one of them must go.
+session name; every process of that Ray carries the name in its command line. Then the driver
+is SIGKILLed, as a crash would, and every one of them must go.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import structlog
 
@@ -33,7 +33,8 @@ class BatchSender:
 
     __slots__ = ("_flights", "_pending", "_send", "_shown")
 
-    _flying: set[asyncio.Future[Any]] = set()  # noqa: RUF012 - the calls in flight, held until they land
+    _flying: ClassVar[set[asyncio.Future[Any]]] = set()
+    """Every sender's calls in flight, held until they land (the loop holds tasks weakly)."""
 
     def __init__(self, send: Callable[[ChildBatch], Awaitable[Any]]) -> None:
         self._send = send
@@ -78,7 +79,7 @@ class BatchSender:
                 log.warning("child_batch_lost", call_id=batch.call_id, seq=batch.seq, error=type(error).__name__)
                 continue
             self._flights += 1
-            self._flying.add(flight)  # the loop holds tasks weakly: a call outlives its child run
+            self._flying.add(flight)  # a call outlives its child run
             flight.add_done_callback(self._landed)
 
     def _landed(self, flight: asyncio.Future[Any]) -> None:

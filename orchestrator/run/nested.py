@@ -78,6 +78,11 @@ class NestedInbox:
         if snapshot is not None and batch.seq <= snapshot.seq:
             return  # older than a snapshot already waiting (a late first snapshot, say): covered
         if batch.prev is None:  # a snapshot supersedes whatever it covers, nothing after it
+            if self._reaches(batch.call_id, held) >= batch.seq:
+                # The batches held (or applied) already bring the copy there, with no gap: the
+                # child's final snapshot, say, behind its last batches. Writing it would store the
+                # whole run again and send it again to every subscriber.
+                return
             for key in [k for k, b in held.items() if b.seq <= batch.seq]:
                 del held[key]
         held[batch.prev if batch.prev is not None else -1] = batch
@@ -94,6 +99,14 @@ class NestedInbox:
         if self._timer is None and not host._draining:
             delay = host.pacer.interval(host.nested_delay)
             self._timer = asyncio.get_running_loop().call_later(delay, self._due)
+
+    def _reaches(self, call_id: str, held: dict[int, ChildBatch]) -> int:
+        """How far the call's copy gets with what is applied and the batches held after it, without a gap."""
+        record = self.host.log.state.tools.get(call_id)
+        reached = record.child_seq if record is not None else 0
+        while (following := held.get(reached)) is not None and following.seq > reached:
+            reached = following.seq
+        return reached
 
     def _first_visible(self, batch: ChildBatch) -> bool:
         """Whether ``batch`` brings its call's first visible part (and remember that it has come)."""

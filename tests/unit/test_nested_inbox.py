@@ -13,7 +13,7 @@ import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
-from actors.bench.shop import PROMPTS, shop_agent
+from actors.bench.shop import CHUNKS_PER_TURN, PROMPTS, shop_agent, verify_turn
 from actors.local import LocalRuntime
 from orchestrator.core.actions import ApplyPart, Send, SessionAction
 from orchestrator.core.aistate import ToolRecord
@@ -77,6 +77,33 @@ async def test_a_gap_holds_the_later_batches_and_applied_ones_are_dropped() -> N
     inbox.deliver(_batch(6, 5, DELTAS[3]))  # 5 has not arrived
     events = inbox.take()
     assert [(e.data.seq, e.data.actions) for e in events if isinstance(e.data, Nested)] == [(3, (DELTAS[1],))]
+
+
+async def test_a_snapshot_the_held_batches_already_reach_is_not_written() -> None:
+    # The child's final snapshot behind its last batches (still held): the batches are the same
+    # copy, and a fraction of the run to store and to send to subscribers.
+    inbox, tools = _inbox(applied=2)
+    inbox.deliver(_batch(3, 2, DELTAS[1]))
+    inbox.deliver(_batch(5, 3, DELTAS[2], DELTAS[3]))
+    inbox.deliver(_batch(5, None, ApplyPart(MessageStart("whole-run"))))
+    events = inbox.take()
+    assert [(e.data.seq, e.data.actions) for e in events if isinstance(e.data, Nested)] == [
+        (5, (DELTAS[1], DELTAS[2], DELTAS[3]))
+    ]
+    # Once the write applied them, a late snapshot to the same point is not written either.
+    tools["call-1"] = ToolRecord("call-1", "delegate_to_researcher", "turn-1", "running", child_seq=5)
+    inbox.deliver(_batch(5, None, ApplyPart(MessageStart("whole-run"))))
+    assert inbox.take() == []
+
+
+async def test_a_snapshot_past_a_gap_replaces_the_batches_it_covers() -> None:
+    inbox, _ = _inbox(applied=2)
+    inbox.deliver(_batch(3, 2, DELTAS[1]))
+    inbox.deliver(_batch(6, 5, DELTAS[3]))  # 4..5 lost on the way: the copy cannot get to 6
+    whole = ApplyPart(MessageStart("whole-run"))
+    inbox.deliver(_batch(6, None, whole))
+    events = inbox.take()
+    assert [(e.data.seq, e.data.actions) for e in events if isinstance(e.data, Nested)] == [(6, (whole,))]
 
 
 async def test_typed_and_wire_batches_go_in_events_of_their_own_with_their_wire_form() -> None:
@@ -163,3 +190,22 @@ async def test_only_a_session_that_delegates_has_an_inbox_and_only_from_its_firs
         plain = rt.session("plain-1", agent=Agent("plain", "x", ScriptedModel([[{"text": "hi"}]])))
         assert (await asyncio.wait_for((await plain.prompt("hello")).finished, TIMEOUT)).success
         assert rt.host.hosted["plain-1"].runner._nested is None
+
+
+async def test_a_delegate_calls_nested_copy_is_written_once(tmp_path: Path) -> None:
+    # The child's result carries its run as it ended (a snapshot); its last batches, still held by
+    # the parent when the result came, bring the copy to the same point: only they are written.
+    async with LocalRuntime(store=f"sqlite:///{tmp_path / 's.db'}") as rt:
+        shop = rt.session("shop-1", agent=shop_agent())
+        result = await asyncio.wait_for((await shop.prompt(PROMPTS[0])).finished, TIMEOUT)
+        assert result.success
+        assert rt.host is not None
+        parent = rt.host.hosted["shop-1"].runner
+        nested = [e.data for e in await rt.store.read("shop-1") if isinstance(e.data, Nested)]
+        runs = [n for n in nested if any(isinstance(a, ApplyPart) and a.part.type == "nested-run" for a in n.actions)]
+        assert nested and runs == nested[:1]  # the child's first batch is its run so far; no other
+        child_id = next(sid for sid in rt.host.hosted if sid.startswith("shop-1/"))
+        child = await rt.store.read(child_id)
+        record = next(r for r in parent.state.tools.values() if r.name == "delegate_to_researcher")
+        assert record.child_seq == child[-1].index  # the copy got to the child's last event
+        assert verify_turn(parent.state.messages[-1]) == CHUNKS_PER_TURN  # the nested copy is whole

@@ -11,6 +11,11 @@ flight (joined to those before it), since a client following the parent waits fo
 that fails (the parent's host died) loses its batch, as a lost fire-and-forget did: the
 parent's copy is healed by the snapshot a re-attach sends, and by the final one that comes with
 the child's result.
+
+When the child's run ends, ``settled`` waits for the calls still on their way. Once every batch
+is with the parent, the child's result goes without that final snapshot (the whole run, sent
+and written again for nothing); if one was lost, or the parent does not answer within the limit,
+the snapshot goes along as before.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ log = structlog.get_logger()
 class BatchSender:
     """One child run's batches to one parent: one call in flight (see the module docstring)."""
 
-    __slots__ = ("_flights", "_pending", "_send", "_shown")
+    __slots__ = ("_flights", "_idle", "_lost", "_pending", "_send", "_shown")
 
     _flying: ClassVar[set[asyncio.Future[Any]]] = set()
     """Every sender's calls in flight, held until they land (the loop holds tasks weakly)."""
@@ -44,6 +49,10 @@ class BatchSender:
         self._flights = 0
         self._shown = False
         """Whether the run's first visible part has been sent."""
+        self._lost = False
+        """Whether a batch may not have reached the parent (a call failed, or the parent did not take it)."""
+        self._idle: asyncio.Future[None] | None = None
+        """What ``settled`` waits on: done once nothing is in flight or pending."""
 
     async def __call__(self, batch: ChildBatch) -> None:
         """Send ``batch`` now, or after the call in flight (a ``Deliver``: never waits for the parent)."""
@@ -77,6 +86,7 @@ class BatchSender:
                 flight = asyncio.ensure_future(self._send(batch))
             except Exception as error:  # no handle for the parent's host: lost, as above
                 log.warning("child_batch_lost", call_id=batch.call_id, seq=batch.seq, error=type(error).__name__)
+                self._lost = True
                 continue
             self._flights += 1
             self._flying.add(flight)  # a call outlives its child run
@@ -85,7 +95,27 @@ class BatchSender:
     def _landed(self, flight: asyncio.Future[Any]) -> None:
         self._flying.discard(flight)
         self._flights -= 1
-        if not flight.cancelled() and flight.exception() is not None:
+        if flight.cancelled():
+            self._lost = True
+        elif flight.exception() is not None:
+            self._lost = True
             log.info("child_batch_lost", error=type(flight.exception()).__name__)
+        elif flight.result() is False:  # the parent's host does not hold the parent session now
+            self._lost = True
         if self._pending and not self._flights:
             self._flush()
+        idle = self._idle
+        if idle is not None and not self._flights and not self._pending and not idle.done():
+            idle.set_result(None)
+
+    async def settled(self, limit: float) -> bool:
+        """Wait (up to ``limit`` seconds) for the calls on their way; whether every batch reached the parent."""
+        if self._flights or self._pending:
+            idle = self._idle
+            if idle is None or idle.done():
+                idle = self._idle = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(idle), limit)
+            except TimeoutError:
+                return False
+        return not self._lost

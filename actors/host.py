@@ -552,12 +552,12 @@ class SessionHost:
         """
         return await self.subagents.command(child_id, agent, root_key, command)
 
-    async def deliver(self, session_id: str, batch: ChildBatch) -> None:
-        """A child's batch for session ``session_id`` (a parent hosted here).
+    async def deliver(self, session_id: str, batch: ChildBatch) -> bool:
+        """A child's batch for session ``session_id`` (a parent hosted here); whether the parent took it.
 
         Batches carry sequence numbers: the parent drops a repeat and holds one that comes early.
         """
-        await self.subagents.deliver(session_id, batch)
+        return await self.subagents.deliver(session_id, batch)
 
     async def control(self, session_id: str, action: str, when: str = "now") -> None:
         """Stop, pause or resume a session that is active here (a parent's cascade; no-op if not)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from actors.batch_sender import BatchSender
@@ -28,7 +29,11 @@ from orchestrator.run.inprocess import drive_child
 from orchestrator.run.log import Applied
 from orchestrator.run.runner import SessionRunner
 
-__all__ = ["FINISHED_CHILD_LINGER", "ChildHost", "HostChildren", "SubAgents"]
+__all__ = ["FINISHED_CHILD_LINGER", "SETTLE_LIMIT", "ChildHost", "HostChildren", "SubAgents"]
+
+SETTLE_LIMIT = 2.0
+"""Seconds a child run that ended waits for its batches on their way to the parent (``BatchSender.settled``);
+past it, its result carries its whole run, as when a batch was lost."""
 
 FINISHED_CHILD_LINGER = 0.5
 """Seconds a finished sub-agent stays in memory: its result is durable, and a re-attach refolds it."""
@@ -78,7 +83,8 @@ class SubAgents:
         hosted = await self._hosted(request.child_id, request.agent, root_key)
         runner = hosted.runner
 
-        forwarder = NestedForwarder(request.call_id, self._deliverer(parent_host, request.parent_id))
+        deliver = self._deliverer(parent_host, request.parent_id)
+        forwarder = NestedForwarder(request.call_id, deliver)
 
         async def listen(applied: Sequence[Applied], state: AIState, index: int) -> None:
             await forwarder.forward(applied, state, index)
@@ -93,7 +99,12 @@ class SubAgents:
         runner.listeners.append(listen)
         hosted.busy += 1
         try:
-            return await drive_child(runner, forwarder, request)
+            result = await drive_child(runner, forwarder, request)
+            if isinstance(deliver, BatchSender) and await deliver.settled(SETTLE_LIMIT):
+                # Every batch is with the parent, which writes them: its copy is whole without the
+                # run as it ended (the whole run, to send and to write again).
+                result = replace(result, final=None)
+            return result
         finally:
             hosted.busy -= 1
             with contextlib.suppress(ValueError):
@@ -144,11 +155,13 @@ class SubAgents:
         # the snapshot the child sends when the parent re-attaches (and with its result).
         return BatchSender(send)
 
-    async def deliver(self, session_id: str, batch: ChildBatch) -> None:
-        """A child's batch for session ``session_id`` (a parent hosted here; dropped if it is not)."""
+    async def deliver(self, session_id: str, batch: ChildBatch) -> bool:
+        """A child's batch for session ``session_id`` (a parent hosted here; dropped if it is not): whether taken."""
         hosted = self.host.hosted.get(session_id)
-        if hosted is not None:
-            await hosted.runner.deliver(batch)
+        if hosted is None:
+            return False
+        await hosted.runner.deliver(batch)
+        return True
 
     async def control(self, session_id: str, action: str, when: str = "now") -> None:
         """Stop, pause or resume a session that is active here (a parent's cascade)."""

@@ -125,6 +125,36 @@ async def test_a_send_that_raises_at_once_loses_only_that_batch() -> None:
     assert attempts == [1, 2]
 
 
+async def test_settled_waits_for_the_calls_on_their_way_and_says_whether_all_arrived() -> None:
+    calls = SlowCalls()
+    send = BatchSender(calls)
+    assert await send.settled(1.0)  # nothing sent: nothing missing
+    await send(batch(1, None, "a"))
+    await send(batch(2, 1, "b"))  # pending behind the call in flight
+    waiting = asyncio.ensure_future(send.settled(5.0))
+    await calls.release()
+    assert not waiting.done()  # the pending batch went next: still on its way
+    await calls.release()
+    assert await asyncio.wait_for(waiting, 1.0) is True
+
+
+async def test_settled_is_false_after_a_lost_batch_a_refusal_or_past_its_limit() -> None:
+    calls = SlowCalls()
+    send = BatchSender(calls)
+    await send(batch(1, None, "a"))
+    await calls.release(RuntimeError("the parent's host died"))
+    assert await send.settled(1.0) is False  # the child's result must carry its whole run
+
+    refused = BatchSender(lambda sent: asyncio.sleep(0, result=False))  # the parent is not hosted there
+    await refused(batch(1, None, "a"))
+    assert await refused.settled(1.0) is False
+
+    slow = SlowCalls()
+    stalled = BatchSender(slow)
+    await stalled(batch(1, None, "a"))
+    assert await stalled.settled(0.05) is False  # a parent that does not answer: no waiting past the limit
+
+
 class LateChildren(LocalChildren):
     """In-process sub-agents whose batches reach the parent through a ``BatchSender``, pickled, late."""
 

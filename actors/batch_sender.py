@@ -12,10 +12,10 @@ that fails (the parent's host died) loses its batch, as a lost fire-and-forget d
 parent's copy is healed by the snapshot a re-attach sends, and by the final one that comes with
 the child's result.
 
-When the child's run ends, ``settled`` waits for the calls still on their way. Once every batch
-is with the parent, the child's result goes without that final snapshot (the whole run, sent
-and written again for nothing); if one was lost, or the parent does not answer within the limit,
-the snapshot goes along as before.
+When a long child run ends, ``settled`` waits for the calls still on their way (a short one's
+does not wait). Once every batch is with the parent, the child's result goes without that final
+snapshot (the whole run, sent and written again for nothing); if one was lost, or the parent
+does not answer within the limit, the snapshot goes along as before.
 """
 
 from __future__ import annotations

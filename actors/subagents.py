@@ -29,11 +29,16 @@ from orchestrator.run.inprocess import drive_child
 from orchestrator.run.log import Applied
 from orchestrator.run.runner import SessionRunner
 
-__all__ = ["FINISHED_CHILD_LINGER", "SETTLE_LIMIT", "ChildHost", "HostChildren", "SubAgents"]
+__all__ = ["FINISHED_CHILD_LINGER", "SETTLE_AFTER", "SETTLE_LIMIT", "ChildHost", "HostChildren", "SubAgents"]
 
 SETTLE_LIMIT = 2.0
-"""Seconds a child run that ended waits for its batches on their way to the parent (``BatchSender.settled``);
-past it, its result carries its whole run, as when a batch was lost."""
+"""Seconds a long child run that ended waits for its batches on their way to the parent
+(``BatchSender.settled``); past it, its result carries its whole run, as when a batch was lost."""
+
+SETTLE_AFTER = 64
+"""Events in a child's log past which its run counts as long: worth a round trip to the parent's host
+(~2 ms on a 2-vCPU VM) rather than sending it and writing it again. A shorter run's result goes at
+once, with its run unless every batch has already landed."""
 
 FINISHED_CHILD_LINGER = 0.5
 """Seconds a finished sub-agent stays in memory: its result is durable, and a re-attach refolds it."""
@@ -100,7 +105,10 @@ class SubAgents:
         hosted.busy += 1
         try:
             result = await drive_child(runner, forwarder, request)
-            if isinstance(deliver, BatchSender) and await deliver.settled(SETTLE_LIMIT):
+            # A long run waits for its batches on their way; a short one's result goes at once
+            # (the wait is a round trip to the parent's host, the snapshot small).
+            wait = SETTLE_LIMIT if runner.log.index > SETTLE_AFTER else 0.0
+            if isinstance(deliver, BatchSender) and await deliver.settled(wait):
                 # Every batch is with the parent, which writes them: its copy is whole without the
                 # run as it ended (the whole run, to send and to write again).
                 result = replace(result, final=None)

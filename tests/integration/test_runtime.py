@@ -394,14 +394,15 @@ async def test_calls_made_in_one_turn_of_the_loop_reach_each_host_as_one_batch(r
     assert await batched() == (batches0 + len(together), calls0 + sum(together)), per_host
 
 
-async def test_a_child_across_actors_sends_its_run_once(runtime: Runtime) -> None:
-    # Its batches reach the parent before its result does (BatchSender.settled), so the result
-    # carries no snapshot of the whole run and the parent writes the run once: its first batch is
-    # the run so far (a snapshot), every later one a part of it.
+async def test_a_long_child_across_actors_sends_its_run_once(runtime: Runtime) -> None:
+    # A long run's batches reach the parent before its result does (BatchSender.settled), so the
+    # result carries no snapshot of the whole run and the parent writes the run once: its first
+    # batch is the run so far (a snapshot), every later one a part of it.
     from actors.bench.nested import CALL, Burst, _apart, _delegate, _parent
+    from actors.subagents import SETTLE_AFTER
     from orchestrator.core.stream import RunSnapshot
 
-    parts = 5000
+    parts = 50_000  # a write every 256 parts (flush_parts): ~200 events
     session_id = _apart(runtime.host_names, "once")
     turn = await runtime.session(session_id, agent=_parent(Agent("child", "Stream.", Burst(parts)))).prompt("go")
     assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
@@ -412,4 +413,5 @@ async def test_a_child_across_actors_sends_its_run_once(runtime: Runtime) -> Non
     delegate = _delegate(parent_log)
     assert delegate is not None and delegate.agent is not None and delegate.agent.messages[-1].text == "A000" * parts
     child_log = await runtime.store.read(f"{session_id}/{CALL}")
+    assert len(child_log) > SETTLE_AFTER  # a long run
     assert nested[-1].seq == child_log[-1].index  # the copy got to the child's last event

@@ -77,14 +77,12 @@ class NestedInbox:
         snapshot = held.get(-1)
         if snapshot is not None and batch.seq <= snapshot.seq:
             return  # older than a snapshot already waiting (a late first snapshot, say): covered
-        if batch.prev is None:  # a snapshot supersedes whatever it covers, nothing after it
-            if self._reaches(batch.call_id, held) >= batch.seq:
-                # The batches held (or applied) already bring the copy there, with no gap: the
-                # child's final snapshot, say, behind its last batches. Writing it would store the
-                # whole run again and send it again to every subscriber.
-                return
-            for key in [k for k, b in held.items() if b.seq <= batch.seq]:
-                del held[key]
+        if batch.prev is None and self._reaches(batch.call_id, held) >= batch.seq:
+            # The batches applied and held already bring the copy there, with no gap: the child's
+            # final snapshot, say, behind its last batches. Writing it would store the whole run
+            # again and send it again to every subscriber. (One the held batches do not reach yet
+            # is held beside them: the next write decides, ``take``.)
+            return
         held[batch.prev if batch.prev is not None else -1] = batch
         if self._first_visible(batch):
             self._hurry = True
@@ -103,10 +101,7 @@ class NestedInbox:
     def _reaches(self, call_id: str, held: dict[int, ChildBatch]) -> int:
         """How far the call's copy gets with what is applied and the batches held after it, without a gap."""
         record = self.host.log.state.tools.get(call_id)
-        reached = record.child_seq if record is not None else 0
-        while (following := held.get(reached)) is not None and following.seq > reached:
-            reached = following.seq
-        return reached
+        return _chain_end(held, record.child_seq if record is not None else 0)
 
     def _first_visible(self, batch: ChildBatch) -> bool:
         """Whether ``batch`` brings its call's first visible part (and remember that it has come)."""
@@ -153,6 +148,11 @@ class NestedInbox:
         for call_id, held in list(self._held.items()):
             record = tools.get(call_id)
             applied = record.child_seq if record is not None else 0
+            snapshot = held.get(-1)
+            if snapshot is not None and _chain_end(held, applied) >= snapshot.seq:
+                # The batches held reach it now (some were in the write before this one when it
+                # came): they go instead, a fraction of the run.
+                del held[-1]
             run: list[ChildBatch] = []
             while True:
                 ready = held.pop(-1, None) or held.pop(applied, None)
@@ -171,6 +171,14 @@ class NestedInbox:
             if not held:
                 del self._held[call_id]
         return events
+
+
+def _chain_end(held: dict[int, ChildBatch], start: int) -> int:
+    """The seq the held batches bring a copy at ``start`` to, following them without a gap."""
+    reached = start
+    while (following := held.get(reached)) is not None and following.seq > reached:
+        reached = following.seq
+    return reached
 
 
 def _nested_event(run: list[ChildBatch]) -> Event:

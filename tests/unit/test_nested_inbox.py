@@ -96,6 +96,19 @@ async def test_a_snapshot_the_held_batches_already_reach_is_not_written() -> Non
     assert inbox.take() == []
 
 
+async def test_a_snapshot_that_came_during_a_write_yields_to_the_batches_that_reach_it() -> None:
+    # 2..3 is in the write under way (taken, not yet applied) when 3..5 and the final snapshot
+    # come: the held batches do not reach 5 from 2 yet. Once the write is done they do.
+    inbox, tools = _inbox(applied=2)
+    inbox.deliver(_batch(3, 2, DELTAS[1]))
+    assert [e.data.seq for e in inbox.take() if isinstance(e.data, Nested)] == [3]
+    inbox.deliver(_batch(5, 3, DELTAS[2], DELTAS[3]))
+    inbox.deliver(_batch(5, None, ApplyPart(MessageStart("whole-run"))))
+    tools["call-1"] = ToolRecord("call-1", "delegate_to_researcher", "turn-1", "running", child_seq=3)  # written
+    events = inbox.take()
+    assert [(e.data.seq, e.data.actions) for e in events if isinstance(e.data, Nested)] == [(5, (DELTAS[2], DELTAS[3]))]
+
+
 async def test_a_snapshot_past_a_gap_replaces_the_batches_it_covers() -> None:
     inbox, _ = _inbox(applied=2)
     inbox.deliver(_batch(3, 2, DELTAS[1]))

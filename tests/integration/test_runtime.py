@@ -400,6 +400,7 @@ async def test_a_long_child_across_actors_sends_its_run_once(runtime: Runtime) -
     # batch is the run so far (a snapshot), every later one a part of it.
     from actors.bench.nested import CALL, Burst, _apart, _delegate, _parent
     from actors.subagents import SETTLE_AFTER
+    from orchestrator.core.payloads import Nested
     from orchestrator.core.stream import RunSnapshot
 
     parts = 50_000  # a write every 256 parts (flush_parts): ~200 events
@@ -407,7 +408,7 @@ async def test_a_long_child_across_actors_sends_its_run_once(runtime: Runtime) -
     turn = await runtime.session(session_id, agent=_parent(Agent("child", "Stream.", Burst(parts)))).prompt("go")
     assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
     parent_log = await runtime.store.read(session_id)
-    nested = [e.data for e in parent_log if e.type == ai.NESTED]
+    nested = [e.data for e in parent_log if isinstance(e.data, Nested)]
     snapshots = [n for n in nested if any(isinstance(getattr(a, "part", None), RunSnapshot) for a in n.actions)]
     assert nested and snapshots == nested[:1]
     delegate = _delegate(parent_log)

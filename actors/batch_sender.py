@@ -111,6 +111,8 @@ class BatchSender:
     async def settled(self, limit: float) -> bool:
         """Wait (up to ``limit`` seconds) for the calls on their way; whether every batch reached the parent."""
         if self._flights or self._pending:
+            if limit <= 0:
+                return False  # on their way, and no time to wait for them
             idle = self._idle
             if idle is None or idle.done():
                 idle = self._idle = asyncio.get_running_loop().create_future()

@@ -159,8 +159,9 @@ class SubAgents:
         def send(batch: ChildBatch) -> Awaitable[Any]:
             return remote_deliver(parent_host, parent_id, batch)
 
-        # Never awaited by the child: batches carry sequence numbers, and a lost one is healed by
-        # the snapshot the child sends when the parent re-attaches (and with its result).
+        # The child never waits for a batch to land (only, at the end of a long run, for all of
+        # them: BatchSender.settled): batches carry sequence numbers, and a lost one is healed by
+        # the snapshot the child sends when the parent re-attaches, and with its result.
         return BatchSender(send)
 
     async def deliver(self, session_id: str, batch: ChildBatch) -> bool:

@@ -18,12 +18,13 @@ Answers to a sub-agent's approval (``respond_nested``) go the other way, to the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Protocol
 
 from orchestrator.core import event_types as ai
 from orchestrator.core._json import JsonObject
-from orchestrator.core.aistate import AIState, Receipt
+from orchestrator.core.aistate import AIState, Receipt, ToolRecord
 from orchestrator.core.approvals import split_nested
 from orchestrator.core.commands import Decision, Respond
 from orchestrator.core.events import Event
@@ -100,8 +101,7 @@ class NestedInbox:
 
     def _reaches(self, call_id: str, held: dict[int, ChildBatch]) -> int:
         """How far the call's copy gets with what is applied and the batches held after it, without a gap."""
-        record = self.host.log.state.tools.get(call_id)
-        return _chain_end(held, record.child_seq if record is not None else 0)
+        return _chain_end(held, _applied(self.host.log.state.tools, call_id))
 
     def _first_visible(self, batch: ChildBatch) -> bool:
         """Whether ``batch`` brings its call's first visible part (and remember that it has come)."""
@@ -129,8 +129,7 @@ class NestedInbox:
         """Whether some held batch is next in its call's sequence (a write would carry it)."""
         tools = self.host.log.state.tools
         for call_id, held in self._held.items():
-            record = tools.get(call_id)
-            applied = record.child_seq if record is not None else 0
+            applied = _applied(tools, call_id)
             if -1 in held or applied in held:
                 return True
         return False
@@ -146,8 +145,7 @@ class NestedInbox:
         self._hurry = False  # this write takes whatever is next in line, a first visible part too
         tools = self.host.log.state.tools
         for call_id, held in list(self._held.items()):
-            record = tools.get(call_id)
-            applied = record.child_seq if record is not None else 0
+            applied = _applied(tools, call_id)
             snapshot = held.get(-1)
             if snapshot is not None and _chain_end(held, applied) >= snapshot.seq:
                 # The batches held reach it now (some were in the write before this one when it
@@ -171,6 +169,12 @@ class NestedInbox:
             if not held:
                 del self._held[call_id]
         return events
+
+
+def _applied(tools: Mapping[str, ToolRecord], call_id: str) -> int:
+    """The last seq of the call's batches its session has applied (0: none, or a call it does not know)."""
+    record = tools.get(call_id)
+    return record.child_seq if record is not None else 0
 
 
 def _chain_end(held: dict[int, ChildBatch], start: int) -> int:

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import ray
 
-from actors.bench.nested import Drip
+from actors.bench.nested import CALL, Burst, Drip, _apart, _delegate, _parent
 from actors.client import Session
 from actors.runtime import Runtime
+from actors.subagents import SETTLE_AFTER
 from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.approvals import pending_approvals
@@ -21,6 +22,8 @@ from orchestrator.core.errors import UsageError
 from orchestrator.core.fold import INTERRUPTED, fold_events
 from orchestrator.core.mutations import ClientView
 from orchestrator.core.parts import AgentMessage, NestedRun, ToolPart
+from orchestrator.core.payloads import Nested
+from orchestrator.core.stream import RunSnapshot
 from orchestrator.run.agent import Agent, Compaction
 from orchestrator.testing import ScriptedModel, eventually
 from tests.fixtures.agents import Counter, approving_tree, delegating
@@ -398,11 +401,6 @@ async def test_a_long_child_across_actors_sends_its_run_once(runtime: Runtime) -
     # A long run's batches reach the parent before its result does (BatchSender.settled), so the
     # result carries no snapshot of the whole run and the parent writes the run once: its first
     # batch is the run so far (a snapshot), every later one a part of it.
-    from actors.bench.nested import CALL, Burst, _apart, _delegate, _parent
-    from actors.subagents import SETTLE_AFTER
-    from orchestrator.core.payloads import Nested
-    from orchestrator.core.stream import RunSnapshot
-
     parts = 50_000  # a write every 256 parts (flush_parts): ~200 events
     session_id = _apart(runtime.host_names, "once")
     turn = await runtime.session(session_id, agent=_parent(Agent("child", "Stream.", Burst(parts)))).prompt("go")

@@ -2,9 +2,10 @@
 
 A step's parts are not written one by one: ``StepStream`` (``run/step_stream.py``) buffers them
 and flushes them as one ``ai.stream`` event when enough have gathered (``flush_parts``) or a
-timer fires. The first flush comes after ``flush_interval`` (by default on the next turn of the
-loop) so the first text goes out fast; later ones wait longer, as the process's ``StreamPacer``
-says. A step's last parts go out with its end, in one batch.
+timer fires. The turn's first step flushes first after ``flush_interval`` (by default on the
+next turn of the loop) so the turn's first text goes out fast; later batches, and every batch of
+a later step, wait longer, as the process's ``StreamPacer`` says. A step's last parts go out with
+its end, in one batch.
 
 ``Steps`` holds the running step of one session; the runner asks it to prepare a step while it
 assembles a write, and cancels it when the state no longer wants it.
@@ -281,7 +282,7 @@ class Steps:
             step_index=effect.turn_step,
             session_step_index=effect.session_step,
         )
-        stream = StepStream(host, effect.step_id, host.pacer.clock)
+        stream = StepStream(host, effect.step_id, host.pacer.clock, first=effect.turn_step == 0)
         if agent.message_metadata is not None:
             meta = agent.message_metadata(MetadataContext("start", state))
             if meta:

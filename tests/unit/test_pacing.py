@@ -19,7 +19,7 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import SendInput, StopTurn
 from orchestrator.core.payloads import Stream
-from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta
+from orchestrator.core.stream import AgentStreamPart, Reasoning, StepFinish, TextDelta, ToolCall
 from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
 from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH, StreamPacer
@@ -27,6 +27,7 @@ from orchestrator.run.runner import SessionRunner
 from orchestrator.run.step_stream import JOIN_TEXT, StepStream
 from orchestrator.store import open_store
 from orchestrator.testing import eventually
+from tools import tool
 
 TIMEOUT = 10
 CHUNKS = [f"c{i:02d} " for i in range(20)]
@@ -182,6 +183,53 @@ async def test_a_steps_first_text_is_written_at_once_and_the_next_at_the_pace() 
         outcome = await runner.wait_input("u-first", timeout=TIMEOUT)
         assert outcome.text == "".join(CHUNKS[:3])
         assert sum(e.type == ai.STREAM for e in await store.read("first")) == 3
+    finally:
+        await runner.close()
+
+
+class AfterATool(FedModel):
+    """Calls ``noop`` in its first step; its second streams the chunks fed, as ``FedModel``."""
+
+    def __init__(self, chunks: list[str]) -> None:
+        super().__init__(chunks)
+        self.steps = 0
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        self.steps += 1
+        if self.steps == 1:
+            yield ToolCall("call-noop", "noop", {})
+            yield StepFinish(finish_reason="tool-calls")
+            return
+        async for part in super().stream(request, signal):
+            yield part
+
+
+async def test_a_later_steps_first_text_waits_for_the_pace() -> None:
+    @tool
+    async def noop() -> str:
+        """Do nothing."""
+        return "done"
+
+    clock = FakeClock()
+    store = open_store("memory://")
+    model = AfterATool(CHUNKS[:2])
+    runner = await SessionRunner.open(
+        store, "later", Agent("a", "x", model, tools=[noop]), pacer=StreamPacer(clock=clock)
+    )
+    try:
+        await runner.submit(SendInput("u-later", "go"))
+        await eventually(lambda: model.started, TIMEOUT, what="the second step streams")
+        model.feed()
+        await eventually(lambda: model.taken == 1, TIMEOUT, what="the first chunk taken")
+        # The user already sees the turn's tool call: this step's text keeps the pace from its
+        # first batch (flush_every, 20 ms), where the turn's first step writes its first at once.
+        assert clock.advance(0.019) == 0
+        assert clock.advance(0.002) == 1
+        await runner.wait_for(lambda s: text(s) == CHUNKS[0], TIMEOUT)
+        model.feed()
+        outcome = await runner.wait_input("u-later", timeout=TIMEOUT)
+        assert outcome.text == "".join(CHUNKS[:2])
+        assert sum(e.type == ai.STREAM for e in await store.read("later")) == 3  # the call, then two batches
     finally:
         await runner.close()
 

@@ -65,6 +65,7 @@ class LocalRuntime(BaseRuntime):
         idle_timeout: float = 300.0,
         flush_interval: float = FIRST_FLUSH,
         flush_parts: int = 256,
+        nested_delay: float = 0.01,
     ) -> None:
         super().__init__()
         options = HostOptions(
@@ -73,6 +74,7 @@ class LocalRuntime(BaseRuntime):
             idle_timeout=idle_timeout,
             flush_interval=flush_interval,
             flush_parts=flush_parts,
+            nested_delay=nested_delay,
             poll_linger=0.0,
             extra={"hosts": ["local"], "local": True},
         )

@@ -70,7 +70,7 @@ class NestedInbox:
         self._shown: set[str] | None = None
         """Calls whose first visible part has come (made on first use: most sessions delegate nothing)."""
         self._hurry = False
-        """A call's first visible part is held: write as soon as it is next in line."""
+        """A call's first visible part is held, or the wait is over: write what is next in line."""
 
     def deliver(self, batch: ChildBatch) -> None:
         """Hold ``batch`` until it is next in its call's sequence (see ``SessionRunner.deliver``)."""
@@ -89,14 +89,19 @@ class NestedInbox:
             self._hurry = True
         host = self.host
         if self._hurry and not host._draining and self.ready():
-            self._hurry = False
-            self.cancel_timer()
+            self.cancel_timer()  # the write's ``take`` clears the hurry
             host._request_drain()
             return
         # Later batches are not on the latency path: wait a moment so several go out in one
-        # write (a write that happens meanwhile takes them along anyway).
-        if self._timer is None and not host._draining:
-            delay = host.pacer.interval(host.nested_delay)
+        # write (a write that happens meanwhile takes them along anyway). One that comes while
+        # a write is under way waits too: the session arms the wait when its writes end (``wait``).
+        if not host._draining:
+            self.wait()
+
+    def wait(self) -> None:
+        """Write the held batches after the nested delay (at the process's pace), unless a write takes them first."""
+        if self._timer is None:
+            delay = self.host.pacer.interval(self.host.nested_delay)
             self._timer = asyncio.get_running_loop().call_later(delay, self._due)
 
     def _reaches(self, call_id: str, held: dict[int, ChildBatch]) -> int:
@@ -123,7 +128,12 @@ class NestedInbox:
 
     def _due(self) -> None:
         self._timer = None
+        self._hurry = True
         self.host._request_drain()
+
+    def due(self) -> bool:
+        """Whether a held batch must be written now: a call's first visible part, or one that waited."""
+        return self._hurry and self.ready()
 
     def ready(self) -> bool:
         """Whether some held batch is next in its call's sequence (a write would carry it)."""

@@ -223,7 +223,7 @@ class SessionRunner:
         if self._nested is not None:
             self._nested.cancel_timer()
         try:
-            while self._queue or self._plan or (self._nested is not None and self._nested.ready()):
+            while self._queue or self._plan or (self._nested is not None and self._nested.due()):
                 async with self._lock:
                     plan, self._plan = self._plan, False
                     items, self._queue = self._queue, []
@@ -248,6 +248,8 @@ class SessionRunner:
             self._drainer = None  # it ends now: nothing awaits here any more
             if self._queue and not self._closed:
                 self._request_drain()
+            elif self._nested is not None and not self._closed and self._nested.ready():
+                self._nested.wait()  # batches that came during the writes: after the nested delay
 
     async def _commit_locked(self, events: Sequence[Event]) -> list[Applied]:
         """Append ``events`` and whatever the planner decides follows them, as one batch.

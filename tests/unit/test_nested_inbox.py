@@ -10,21 +10,25 @@ import asyncio
 import gc
 import types
 import weakref
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from actors.bench.shop import CHUNKS_PER_TURN, PROMPTS, shop_agent, verify_turn
 from actors.local import LocalRuntime
 from orchestrator.core.actions import ApplyPart, Send, SessionAction
 from orchestrator.core.aistate import ToolRecord
+from orchestrator.core.events import Event
 from orchestrator.core.payloads import Nested
-from orchestrator.core.stream import MessageStart, TextDelta
+from orchestrator.core.stream import AgentStreamPart, MessageStart, StepFinish, TextDelta
 from orchestrator.core.wire import action_to_wire
+from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch
 from orchestrator.run.nested import NestedInbox
 from orchestrator.run.pacing import StreamPacer
-from orchestrator.testing import ScriptedModel
+from orchestrator.testing import Gate, ScriptedModel, eventually
 
 TIMEOUT = 30
 
@@ -183,6 +187,25 @@ async def test_a_write_already_running_takes_the_first_visible_part_along() -> N
     inbox.cancel_timer()
 
 
+async def test_only_a_first_visible_part_or_a_batch_that_waited_is_due() -> None:
+    inbox, pump = _timed_inbox(delay=0.0)
+    pump._draining = True
+    inbox.deliver(_batch(2, 0, SEND))  # during a write: held, not due, and no timer yet
+    assert inbox.ready() and not inbox.due() and not _waiting(inbox)
+    pump._draining = False
+    inbox.wait()  # the session's writes ended: it waits for the delay
+    assert _waiting(inbox)
+    await eventually(lambda: pump.asked == 1, TIMEOUT, what="the delay's end asks for a write")
+    assert inbox.due()  # that write takes it
+    inbox.take()
+    pump.log.state.tools["call-1"] = ToolRecord("call-1", "delegate_to_researcher", "turn-1", "running", child_seq=2)
+    assert not inbox.due()
+    inbox.deliver(_batch(4, 2, START, DELTAS[0]))  # the first text: due at once
+    assert inbox.due() and pump.asked == 2
+    inbox.take()
+    assert not inbox.due()
+
+
 async def test_only_a_session_that_delegates_has_an_inbox_and_only_from_its_first_child_batch(tmp_path: Path) -> None:
     # An inbox is a few fields (it was three closures too, ~0.6 KB): a sub-agent never delegates, and at
     # a thousand sessions with a sub-agent each that was a megabyte for nothing.
@@ -222,3 +245,63 @@ async def test_a_delegate_calls_nested_copy_is_written_once(tmp_path: Path) -> N
         record = next(r for r in parent.state.tools.values() if r.name == "delegate_to_researcher")
         assert record.child_seq == child[-1].index  # the copy got to the child's last event
         assert verify_turn(parent.state.messages[-1]) == CHUNKS_PER_TURN  # the nested copy is whole
+
+
+class _Talker:
+    """A child's model: its first text, two more batches' worth (each after a flush), then ``gate``."""
+
+    def __init__(self) -> None:
+        self.gate = Gate()
+
+    @property
+    def name(self) -> str:
+        return "talker"
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        for text in ("one ", "two ", "three "):
+            yield TextDelta(text)
+            await asyncio.sleep(0.05)  # past the child's flush: each text is a batch to the parent
+        await self.gate.wait()
+        yield StepFinish(finish_reason="stop")
+
+
+async def test_batches_that_come_during_a_write_wait_for_the_delay_not_for_the_write_to_end(tmp_path: Path) -> None:
+    # A child's later batches are not on the latency path: one that comes while the parent is
+    # writing waits for the nested delay like any other, rather than making a write of its own
+    # the moment that write ends (under load, that was one parent write after another for the
+    # whole of the child's run: 2.25 nested writes a turn on the shop workload, in one process).
+    talker = _Talker()
+    child = Agent("talker", "Talk.", talker)
+    parent = Agent(
+        "boss",
+        "Delegate.",
+        ScriptedModel([[{"tool": "delegate_to_talker", "input": {"task": "talk"}}], [{"text": "Done."}]]),
+        agents=[child],
+    )
+    async with LocalRuntime(store=f"sqlite:///{tmp_path / 's.db'}", nested_delay=60.0) as rt:
+        session = rt.session("boss-1", agent=parent)
+        await session.state()  # active: its runner is there to watch
+        assert rt.host is not None
+        runner = rt.host.hosted["boss-1"].runner
+        commit, held = runner.log.commit, Gate()
+
+        async def slow_nested(stamped: list[Event], applied: Any) -> Any:
+            if any(e.type == "ai.nested" for e in stamped) and not held.count:
+                await held.wait()  # the first text's write: the child's next batches come meanwhile
+            return await commit(stamped, applied)
+
+        runner.log.commit = slow_nested
+        turn = await session.prompt("go")
+        await held.reached(TIMEOUT)
+        inbox = runner._nested
+        assert inbox is not None
+        await eventually(lambda: sum(map(len, inbox._held.values())) >= 2, TIMEOUT, what="two batches held")
+        held.open()
+        await eventually(lambda: not runner._draining, TIMEOUT, what="the first text's write is done")
+        nested = [e for e in await rt.store.read("boss-1") if e.type == "ai.nested"]
+        assert len(nested) == 1 and inbox._timer is not None  # the rest waits for the delay (60 s)
+        talker.gate.open()
+        assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
+        nested = [e for e in await rt.store.read("boss-1") if e.type == "ai.nested"]
+        assert len(nested) == 2  # the rest went with the call's end
+        assert runner.state.messages[-1].parts[0].agent.messages[-1].text == "one two three "

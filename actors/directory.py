@@ -54,6 +54,8 @@ class HostDirectory:
         self._task: asyncio.Task[None] | None = None
         self._report_task: asyncio.Task[None] | None = None
         self._reports = 0
+        self._unreported = False
+        """A change the supervisor has not been sent yet."""
         self.log = structlog.get_logger().bind(host=host)
 
     def mark(self, session_id: str) -> int:
@@ -107,17 +109,24 @@ class HostDirectory:
                 return
 
     def _report_soon(self) -> None:
+        self._unreported = True
         if self._report_task is None or self._report_task.done():
             self._report_task = asyncio.ensure_future(self._report())
 
     async def _report(self) -> None:
-        """Tell the supervisor which sessions are active here (one report per burst of changes)."""
-        await asyncio.sleep(REPORT_EVERY)
-        if self.closing:
-            return
-        self._reports += 1
-        with contextlib.suppress(Exception):
-            await self.report(self.active(), (self.started, self._reports))
+        """Tell the supervisor which sessions are active here (one report per burst of changes).
+
+        A change made while a report is on its way (its call may wait: the supervisor's handle is
+        looked up on a thread the first time) is sent in another report after it, never dropped.
+        """
+        while self._unreported:
+            await asyncio.sleep(REPORT_EVERY)
+            if self.closing:
+                return
+            self._unreported = False
+            self._reports += 1
+            with contextlib.suppress(Exception):
+                await self.report(self.active(), (self.started, self._reports))
 
     async def recover(self, activate: Callable[[str, str], Awaitable[object]]) -> list[str]:
         """``activate`` every session the directory lists (a restart); returns their ids."""

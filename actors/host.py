@@ -52,7 +52,7 @@ from orchestrator.core.mutations import diff
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
 from orchestrator.run.gc_tuning import tune_gc
 from orchestrator.run.log import Applied
-from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH, StreamPacer
+from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH, NESTED_DELAY, StreamPacer
 from orchestrator.run.runner import SessionRunner
 from orchestrator.run.turn_commands import steer_turn, stop_turn
 from orchestrator.store import open_store
@@ -96,7 +96,7 @@ class HostOptions:
     """Parts that force a flush."""
     flush_budget: float = DEFAULT_BUDGET
     """Stream writes per second the host's streaming steps share (``orchestrator.run.pacing``)."""
-    nested_delay: float = 0.01
+    nested_delay: float = NESTED_DELAY
     """Seconds a sub-agent's batch may wait for others to share the parent's write."""
     poll_linger: float = 0.002
     """How long a long poll lingers after the first mutation, to gather a burst."""

@@ -21,7 +21,7 @@ from actors.subagents import HostChildren, SubAgents
 from actors.transport import LocalTransport
 from orchestrator.run.agent import Agent
 from orchestrator.run.children import ChildBatch, Children
-from orchestrator.run.pacing import FIRST_FLUSH
+from orchestrator.run.pacing import FIRST_FLUSH, NESTED_DELAY
 from orchestrator.store import open_store
 
 __all__ = ["InProcessCluster", "LocalRuntime"]
@@ -65,7 +65,7 @@ class LocalRuntime(BaseRuntime):
         idle_timeout: float = 300.0,
         flush_interval: float = FIRST_FLUSH,
         flush_parts: int = 256,
-        nested_delay: float = 0.01,
+        nested_delay: float = NESTED_DELAY,
     ) -> None:
         super().__init__()
         options = HostOptions(

@@ -59,7 +59,7 @@ from actors.store_feed import FOLLOW_MODES
 from actors.supervisor import Supervisor
 from orchestrator.core.errors import UsageError
 from orchestrator.run.agent import Agent
-from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH
+from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH, NESTED_DELAY
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
 
@@ -112,7 +112,7 @@ class Runtime(BaseRuntime):
         flush_every: float = 0.02,
         flush_parts: int = 256,
         flush_budget: float = DEFAULT_BUDGET,
-        nested_delay: float = 0.01,
+        nested_delay: float = NESTED_DELAY,
         children: Literal["spread", "local"] = "local",
         warm: int = 2,
         max_dedicated: int | None = None,

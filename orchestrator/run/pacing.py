@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Final, Protocol
 
-__all__ = ["DEFAULT_BUDGET", "FIRST_FLUSH", "Clock", "LoopClock", "StreamPacer", "Timer"]
+__all__ = ["DEFAULT_BUDGET", "FIRST_FLUSH", "NESTED_DELAY", "Clock", "LoopClock", "StreamPacer", "Timer"]
 
 DEFAULT_BUDGET: Final = 500.0
 """Stream writes per second a process's streaming steps share, unless told otherwise. With 10
@@ -33,6 +33,12 @@ none, it goes out on the next turn of the loop, with the parts that came in that
 shop workload at N=100, against 4 ms: the first text p50 28.0-31.6 ms against 33.9-35.5, the
 same sessions/s and CPU per chunk (three alternating runs of 3); the later batches are paced as
 before, so a step writes no more often."""
+
+
+NESTED_DELAY: Final = 0.01
+"""Seconds a sub-agent's batch waits at least for company before its parent writes it
+(``nested_delay``; under load the stream pace, ``StreamPacer.interval``). A call's first visible
+part does not wait (``run/nested.py``)."""
 
 
 class Timer(Protocol):

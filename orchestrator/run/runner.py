@@ -43,7 +43,7 @@ from orchestrator.run.handlers import Handlers
 from orchestrator.run.ledger import TurnLedger, Watcher
 from orchestrator.run.log import Applied, SessionLog
 from orchestrator.run.nested import NestedInbox, respond_nested
-from orchestrator.run.pacing import FIRST_FLUSH, StreamPacer
+from orchestrator.run.pacing import FIRST_FLUSH, NESTED_DELAY, StreamPacer
 from orchestrator.run.steps import Steps, StepWork, stale
 from orchestrator.run.tool_calls import ToolCalls, recovery_policy
 from orchestrator.run.waiting import Flag, Mutex
@@ -120,7 +120,7 @@ class SessionRunner:
         flush_interval: float = FIRST_FLUSH,
         flush_every: float = 0.02,
         flush_parts: int = 256,
-        nested_delay: float = 0.01,
+        nested_delay: float = NESTED_DELAY,
         pacer: StreamPacer | None = None,
     ) -> None:
         self.log = log

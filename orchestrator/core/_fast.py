@@ -15,15 +15,24 @@ that in one of two ways; the values stay immutable to everyone else.
   of the class is filled in by a function written for its fields (about 1.3 µs for the 17 fields
   of ``AIState`` on the 2-vCPU VMs, where a loop of slot setters took 2.3-3.4 and ``replace``
   7.6). The fold copies a state or a record for almost every event.
+- ``fast_init``: the class's own ``__init__``, rewritten to fill each slot through its descriptor
+  instead of ``object.__setattr__`` (about half the cost: 0.4 against 0.9 µs for a ``TextDelta``,
+  0.7 against 1.4 for an ``Event``'s seven fields, on the 2-vCPU VMs). The runner builds an
+  event, its stamped copy, its stored form and its fold record for every event it writes, and the
+  model adapter a part for every chunk; in a host's profile these constructions were about 9 % of
+  its CPU. The new ``__init__`` takes the same arguments (checked against the old one at import)
+  and still calls ``__post_init__``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["check_draft", "replacer", "slot_setter"]
+__all__ = ["check_draft", "fast_init", "replacer", "slot_setter"]
 
 T = TypeVar("T")
 
@@ -66,3 +75,83 @@ def replacer(cls: type[T]) -> Callable[..., T]:
     function: Callable[..., T] = namespace["replace"]
     function.__qualname__ = f"replacer({cls.__name__})"
     return function
+
+
+def fast_init(cls: type[T]) -> type[T]:
+    """Give ``cls`` (a frozen dataclass with slots) a faster ``__init__`` of the same signature.
+
+    Use it above ``@dataclass(frozen=True, slots=True)``. Each field is set through its slot's
+    descriptor (see the module docstring); defaults, default factories, keyword-only fields and
+    ``__post_init__`` behave as in the ``__init__`` the dataclass wrote.
+
+    Raises:
+        TypeError: ``cls`` is not such a class, or has ``InitVar`` pseudo-fields (the signatures
+            would differ).
+    """
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.frozen or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} must be a dataclass with frozen=True and slots=True")
+    namespace: dict[str, Any] = {"_fi_MISSING": _MISSING}
+    positional: list[str] = []
+    keyword: list[str] = []
+    body: list[str] = []
+    klass: Any = cls
+    for f in dataclasses.fields(klass):
+        namespace[f"_fi_set_{f.name}"] = _slot_descriptor(cls, f.name).__set__
+        has_default = f.default is not dataclasses.MISSING
+        has_factory = f.default_factory is not dataclasses.MISSING
+        if has_default:
+            namespace[f"_fi_default_{f.name}"] = f.default
+        if has_factory:
+            namespace[f"_fi_factory_{f.name}"] = f.default_factory
+        if f.init:
+            default = "=_fi_MISSING" if has_factory else f"=_fi_default_{f.name}" if has_default else ""
+            (keyword if f.kw_only else positional).append(f"{f.name}{default}")
+            value = f"_fi_factory_{f.name}() if {f.name} is _fi_MISSING else {f.name}" if has_factory else f.name
+        elif has_factory:
+            value = f"_fi_factory_{f.name}()"
+        elif has_default:
+            value = f"_fi_default_{f.name}"
+        else:
+            continue  # init=False and no default: the dataclass leaves the slot empty too
+        body.append(f"    _fi_set_{f.name}(self, {value})")
+    if hasattr(cls, "__post_init__"):
+        body.append("    self.__post_init__()")
+    signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
+    source = "\n".join([f"def __init__({signature}):", *(body or ["    pass"])])
+    exec(source, namespace)  # our own code, written from the class's field names
+    init: Callable[..., None] = namespace["__init__"]
+    _check_same_signature(cls, klass.__init__, init)
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = klass.__init__.__doc__
+    klass.__init__ = init
+    return cls
+
+
+class _Factory:
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_MISSING: Any = _Factory()
+"""The default of a field with a default factory (shown as the dataclass's own is: ``<factory>``)."""
+
+
+def _slot_descriptor(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        descriptor = klass.__dict__.get(name)
+        if descriptor is not None:
+            if not isinstance(descriptor, types.MemberDescriptorType):
+                raise TypeError(f"{cls.__name__}.{name} is not a slot")
+            return descriptor
+    raise TypeError(f"{cls.__name__} has no slot {name!r}")
+
+
+def _check_same_signature(cls: type, old: Callable[..., None], new: Callable[..., None]) -> None:
+    """Raise ``TypeError`` unless ``new`` takes what ``old`` took (names, kinds, plain defaults)."""
+
+    def shape(function: Callable[..., None]) -> list[tuple[str, Any, bool]]:
+        return [(p.name, p.kind, p.default is p.empty) for p in inspect.signature(function).parameters.values()]
+
+    if shape(old) != shape(new):
+        raise TypeError(f"fast_init cannot rewrite {cls.__name__}.__init__ (InitVar fields?): keep the dataclass's own")

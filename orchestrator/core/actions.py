@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias, cast
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core.stream import AgentStreamPart
 
 __all__ = ["ApplyPart", "Reset", "Retry", "Send", "SessionAction", "Stop", "ToolPhase", "Within"]
@@ -15,6 +16,7 @@ Within: TypeAlias = str | tuple[str, ...]
 from the top level down (``("call-1", "call-7")``: call-7 inside call-1's nested run)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Send:
     """The user sends a message: one text part, ``streaming``, error cleared. ``send``."""
@@ -27,6 +29,7 @@ class Send:
     type: ClassVar[Literal["send"]] = "send"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ApplyPart:
     """Apply one stream part, at the top level or inside a sub-agent's run. ``part``."""
@@ -46,6 +49,7 @@ class ApplyPart:
             object.__setattr__(self, "within", tuple(within))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolPhase:
     """A running tool changed phase (``running`` or ``awaiting-confirmation``). ``toolPhase``.
@@ -66,6 +70,7 @@ class ToolPhase:
     type: ClassVar[Literal["toolPhase"]] = "toolPhase"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Stop:
     """Stop the run: ``idle``, and every open call (nested ones too) ``cancelled``. ``stop``."""
@@ -73,6 +78,7 @@ class Stop:
     type: ClassVar[Literal["stop"]] = "stop"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Retry:
     """Resume from the last finished tool call: the messages become ``resumable``. ``retry``."""
@@ -80,6 +86,7 @@ class Retry:
     type: ClassVar[Literal["retry"]] = "retry"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Reset:
     """Back to the empty session. ``reset``."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, TypeVar
 
-from orchestrator.core._fast import replacer
+from orchestrator.core._fast import fast_init, replacer
 from orchestrator.core._pvec import PVec
 from orchestrator.core.parts import AgentMessage, Role, RunStatus
 from orchestrator.core.payloads import CommandPayload, TurnPhase
@@ -66,6 +66,7 @@ class InboxItem:
         return AgentMessage(self.id, self.role, (TextPart(f"{self.id}:0", self.text),))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Inbox:
     """The durable inbox: pending inputs in admission order, and whether admission is paused."""
@@ -83,6 +84,7 @@ class Inbox:
         return None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepState:
     """The turn's current (or last) model step."""

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core._json import JsonObject, json_problem
 from orchestrator.core.errors import UsageError
 from orchestrator.core.ids import RESERVED_ID_PREFIX
@@ -39,6 +40,7 @@ BUILTIN_PREFIX: Final = "ai."
 """Event types that belong to Troupe. Clients can never push them."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Event:
     """One record of a session's log.
@@ -84,6 +86,7 @@ class Event:
         return self.payload == other.payload
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     """What an append wrote: the indexes of the batch, and whether it was a replay."""

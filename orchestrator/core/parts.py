@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias, cast
 
-from orchestrator.core._fast import slot_setter
+from orchestrator.core._fast import fast_init, slot_setter
 from orchestrator.core._json import JsonObject, JsonValue, partial_json
 from orchestrator.core._pvec import PVec
 from orchestrator.core._rope import Rope, TextBuffer
@@ -156,6 +156,7 @@ class ReasoningPart:
     type: ClassVar[Literal["reasoning"]] = "reasoning"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class NestedRun:
     """A sub-agent's run, nested under the ``delegate_to_<agent>`` call that started it.
@@ -399,6 +400,7 @@ class DataPart:
 MessagePart: TypeAlias = TextPart | ReasoningPart | ToolPart | CompactionPart | DataPart
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AgentMessage:
     """One message of the conversation."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core.aistate import ActiveTurn, AIState, InboxItem, ToolRecord
 from orchestrator.core.events import Event
 from orchestrator.core.ids import reply_id, step_id
@@ -37,6 +38,7 @@ class Limits:
     """Model steps a turn may take before it finishes without another step."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Append:
     """Append these lifecycle events now (no I/O needed)."""
@@ -44,6 +46,7 @@ class Append:
     events: tuple[Event, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunStep:
     """Run one model step at this position."""

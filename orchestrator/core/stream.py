@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core._json import JsonObject, JsonValue
 from orchestrator.core.parts import CompactionStatus, NestedRun
 from orchestrator.core.state import ErrorCode
@@ -33,6 +34,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MessageStart:
     """Starts an (empty) assistant message. ``message-start`` on the wire."""
@@ -45,6 +47,7 @@ class MessageStart:
     type: ClassVar[Literal["message-start"]] = "message-start"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TextDelta:
     """More text: appended to the message's last text part, or a new one. ``text-delta``."""
@@ -57,6 +60,7 @@ class TextDelta:
     type: ClassVar[Literal["text-delta"]] = "text-delta"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Reasoning:
     """A reasoning part: kept for the next request, not rendered. ``reasoning``."""
@@ -69,6 +73,7 @@ class Reasoning:
     type: ClassVar[Literal["reasoning"]] = "reasoning"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     """The model calls a tool: adds a ``running`` tool part (or completes a streaming one)."""
@@ -85,6 +90,7 @@ class ToolCall:
     type: ClassVar[Literal["tool-call"]] = "tool-call"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolInputDelta:
     """More of a tool call's argument JSON while it streams. ``tool-input-delta``."""
@@ -101,6 +107,7 @@ class ToolInputDelta:
     type: ClassVar[Literal["tool-input-delta"]] = "tool-input-delta"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """A call's output. Final: the call becomes ``done``. ``tool-result``."""
@@ -115,6 +122,7 @@ class ToolResult:
     type: ClassVar[Literal["tool-result"]] = "tool-result"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolFailure:
     """A call failed (``error``), or was cancelled (``code == "cancelled"``). ``tool-error``."""
@@ -134,6 +142,7 @@ class ToolFailure:
         return self.code == "cancelled"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepFinish:
     """A model step ended (its usage). Changes nothing in the conversation. ``step-finish``."""
@@ -146,6 +155,7 @@ class StepFinish:
     type: ClassVar[Literal["step-finish"]] = "step-finish"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Finish:
     """The run ended: ``idle``; with ``reason == "aborted"`` open calls are cancelled."""
@@ -156,6 +166,7 @@ class Finish:
     type: ClassVar[Literal["finish"]] = "finish"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Failure:
     """The run failed: ``error`` status, the error set, open calls cancelled. ``error``."""
@@ -168,6 +179,7 @@ class Failure:
     type: ClassVar[Literal["error"]] = "error"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class MessageMetadata:
     """Metadata shallow-merged onto a message (the ``message_metadata`` hook's output)."""
@@ -180,6 +192,7 @@ class MessageMetadata:
     type: ClassVar[Literal["message-metadata"]] = "message-metadata"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DataUpdate:
     """Adds an app data part, or replaces the one with the same id. ``data``."""
@@ -196,6 +209,7 @@ class DataUpdate:
     type: ClassVar[Literal["data"]] = "data"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class CompactionUpdate:
     """Adds or updates the compaction part with this id. ``compaction``."""
@@ -218,6 +232,7 @@ class CompactionUpdate:
     type: ClassVar[Literal["compaction"]] = "compaction"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RunSnapshot:
     """A sub-agent's whole run, replacing the nested run it is applied to. ``nested-run``.

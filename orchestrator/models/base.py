@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core._json import JsonObject, JsonValue
 from orchestrator.core.parts import AgentMessage
 from orchestrator.core.stream import AgentStreamPart
@@ -36,6 +37,7 @@ class ToolSpec:
     """The JSON schema of its input."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One model step's request.

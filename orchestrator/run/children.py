@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator.core import event_types as ai
+from orchestrator.core._fast import fast_init
 from orchestrator.core.actions import ApplyPart, SessionAction, ToolPhase
 from orchestrator.core.aistate import AIState, Receipt
 from orchestrator.core.commands import Respond
@@ -48,6 +49,7 @@ VISIBLE = (TextDelta, Reasoning, ToolCall)
 """The stream parts a client shows: a call's first one is on the latency path (``ChildBatch.visible``)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ChildBatch:
     """What the child's conversation did, for the parent to apply under the call.

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core.actions import SessionAction
 from orchestrator.core.aistate import AIState
 from orchestrator.core.contract import Contract, Reducer
@@ -36,6 +37,7 @@ class Snapshot:
     index: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Applied:
     """One appended event and the session actions folding it applied to the conversation."""

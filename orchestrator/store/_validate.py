@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core.errors import PartialDuplicateBatch, StoreError, UsageError
 from orchestrator.core.events import Event, check_payload
 from orchestrator.core.wire import pack
@@ -39,6 +40,7 @@ Generous for nested sub-agent ids (``parent/call/call…``); a longer one is alm
 """
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PreparedEvent:
     """An event checked and encoded for storage."""
@@ -50,6 +52,7 @@ class PreparedEvent:
     """msgpack bytes of the payload."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PreparedBatch:
     """A checked batch: what a backend's write path consumes."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core.parts import Role
 from orchestrator.core.payloads._fields import _CONFIG
 
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Input:
     """``ai.input``: a new input into the durable inbox (the event id is the message id)."""
@@ -47,6 +49,7 @@ class Input:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InputEdit:
     """``ai.input.edit``: replace a pending input's content."""
@@ -62,6 +65,7 @@ class InputEdit:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InputMove:
     """``ai.input.move``: move a pending input."""
@@ -75,6 +79,7 @@ class InputMove:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InputRemove:
     """``ai.input.remove``: remove a pending input (its submission stays in the log)."""
@@ -86,6 +91,7 @@ class InputRemove:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InputSendNow:
     """``ai.input.send_now``: hand a queued input off to the observed turn."""
@@ -99,6 +105,7 @@ class InputSendNow:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TurnStop:
     """``ai.turn.stop``: end the observed turn now."""
@@ -112,6 +119,7 @@ class TurnStop:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TurnRetry:
     """``ai.turn.retry``: resume from the last finished tool call."""
@@ -123,6 +131,7 @@ class TurnRetry:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Pause:
     """``ai.control.pause``: close admission, and with ``now`` also cancel current work."""
@@ -134,6 +143,7 @@ class Pause:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Resume:
     """``ai.control.resume``: reopen admission and resume retained work."""
@@ -142,6 +152,7 @@ class Resume:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SessionReset:
     """``ai.session.reset``: stop the active turn and start a new conversation (see ``event_types``)."""
@@ -150,6 +161,7 @@ class SessionReset:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Respond:
     """``ai.interaction.respond``: answer an approval."""
@@ -165,6 +177,7 @@ class Respond:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Decided:
     """``ai.control.decided``: whether a command was applied."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal, TypeAlias
 
+from orchestrator.core._fast import fast_init
 from orchestrator.core._json import JsonObject, JsonValue
 from orchestrator.core.parts import CompactionStatus
 from orchestrator.core.payloads._fields import _CONFIG, Actions, Calls, Parts
@@ -43,6 +44,7 @@ TurnPhase: TypeAlias = Literal["starting", "generating", "tools", "pausing", "pa
 """A turn's phase (``orchestrator.core.aistate.ActiveTurn.phase``; defined here, where its event is)."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InputAdmitted:
     """``ai.input.admitted``: passive inputs entered the conversation without a turn."""
@@ -54,6 +56,7 @@ class InputAdmitted:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
     """``ai.turn.started``: a turn began; its inputs enter the messages."""
@@ -71,6 +74,7 @@ class TurnStarted:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TurnPhaseChanged:
     """``ai.turn.phase``: the active turn's phase changed."""
@@ -84,6 +88,7 @@ class TurnPhaseChanged:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TurnFinished:
     """``ai.turn.finished``: a turn ended."""
@@ -103,6 +108,7 @@ class TurnFinished:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepStarted:
     """``ai.step.started``: a model step began."""
@@ -124,6 +130,7 @@ class StepStarted:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Stream:
     """``ai.stream``: a flush of the running step's parts, or a running tool's preliminary output."""
@@ -139,6 +146,7 @@ class Stream:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepFinished:
     """``ai.step.finished``: a model step completed."""
@@ -158,6 +166,7 @@ class StepFinished:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepFailed:
     """``ai.step.failed``: a model step failed (the turn fails with it)."""
@@ -173,6 +182,7 @@ class StepFailed:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StepSuperseded:
     """``ai.step.superseded``: a step was cut off."""
@@ -188,6 +198,7 @@ class StepSuperseded:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolStarted:
     """``ai.tool.started``: a tool call began running."""
@@ -206,6 +217,7 @@ class ToolStarted:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolFinished:
     """``ai.tool.finished``: a tool call returned."""
@@ -219,6 +231,7 @@ class ToolFinished:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolReset:
     """``ai.tool.reset``: a started call goes back to pending and runs again (``rerun``)."""
@@ -232,6 +245,7 @@ class ToolReset:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolFailed:
     """``ai.tool.failed``: a tool call failed, was denied, cancelled or interrupted."""
@@ -247,6 +261,7 @@ class ToolFailed:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InteractionRequested:
     """``ai.interaction.requested``: a call waits for approval."""
@@ -264,6 +279,7 @@ class InteractionRequested:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ChildStarted:
     """``ai.child.started``: a delegate call started its sub-agent session."""
@@ -279,6 +295,7 @@ class ChildStarted:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Nested:
     """``ai.nested``: a batch from a sub-agent, applied under its call."""
@@ -294,6 +311,7 @@ class Nested:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Compaction:
     """``ai.compaction``: a compaction changed status."""
@@ -319,6 +337,7 @@ class Compaction:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelMetadataRequested:
     """``ai.model.metadata.requested``: the first generation with a model in this session wants its limits."""
@@ -332,6 +351,7 @@ class ModelMetadataRequested:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HandlerScheduled:
     """``ai.handler.scheduled``: an app event's handler is due (written in the event's own batch)."""
@@ -345,6 +365,7 @@ class HandlerScheduled:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ModelMetadataResolved:
     """``ai.model.metadata.resolved``: a model's limits lookup landed."""
@@ -362,6 +383,7 @@ class ModelMetadataResolved:
     __pydantic_config__ = _CONFIG
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class HandlerFinished:
     """``ai.handler.finished``: an app event's handler ended; it never runs for that event again."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeGuard
 
 from orchestrator.core._fast import fast_init
 from orchestrator.core.errors import PartialDuplicateBatch, StoreError, UsageError
@@ -124,27 +124,29 @@ def prepare_batch(
         UsageError: the batch is malformed; the message names the field and the fix.
         PartialDuplicateBatch: the batch holds the same event id twice.
     """
-    sid = check_id(session_id, "session id")
-    if expected_index is not None:
+    sid = session_id if _plain_id(session_id) else check_id(session_id, "session id")
+    if expected_index is not None and (type(expected_index) is not int or expected_index < 0):
         _check_index(expected_index, "expected_index")
-    if isinstance(events, Event):
-        raise UsageError("events must be a sequence of Event, got one Event: wrap it in a list")
-    if not isinstance(events, Sequence) or isinstance(events, str | bytes):
-        raise UsageError(f"events must be a list of Event, got {type(events).__name__}")
+    if type(events) is not list:  # a list is the common case; anything else is checked in full
+        if isinstance(events, Event):
+            raise UsageError("events must be a sequence of Event, got one Event: wrap it in a list")
+        if not isinstance(events, Sequence) or isinstance(events, str | bytes):
+            raise UsageError(f"events must be a list of Event, got {type(events).__name__}")
     if not events:
         raise UsageError(
             f"the batch for session {sid!r} is empty: pass at least one Event "
             "(an empty append would write nothing and return no index)"
         )
-    prepared = tuple(_prepare_event(e, i, trusted) for i, e in enumerate(events))
-    seen: set[str] = set()
-    for event in prepared:
-        if event.id in seen:
-            raise PartialDuplicateBatch(
-                f"event id {event.id!r} appears twice in one batch for session {sid!r}: give each event its own id",
-                event.id,
-            )
-        seen.add(event.id)
+    prepared = tuple([_prepare_event(e, i, trusted) for i, e in enumerate(events)])
+    if len(prepared) > 1 and len({event.id for event in prepared}) < len(prepared):
+        seen: set[str] = set()
+        for event in prepared:
+            if event.id in seen:
+                raise PartialDuplicateBatch(
+                    f"event id {event.id!r} appears twice in one batch for session {sid!r}: give each event its own id",
+                    event.id,
+                )
+            seen.add(event.id)
     # The check above passed, so expected_index is None or a valid int.
     return PreparedBatch(sid, prepared, expected_index if isinstance(expected_index, int) else None)
 
@@ -155,17 +157,25 @@ def _prepare_event(event: object, position: int, trusted: bool = False) -> Prepa
             f"events[{position}] is a {type(event).__name__}, not an Event: "
             "build it with orchestrator.core.events.Event(id=..., type=..., payload=...)"
         )
-    event_id = check_id(event.id, f"events[{position}] event id")
-    event_type = check_id(event.type, f"event {event_id!r} type")
-    at = event.at
-    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
-        raise UsageError(f"event {event_id!r}: at must be a finite number of seconds, got {at!r}")
-    payload: object = event.payload
+    event_id, event_type, at, payload = event.id, event.type, event.at, event.payload
+    # The common case, checked without building the messages ``check_id`` would name it with: a
+    # short ASCII id and type, a float time, a dict payload. Anything else takes the full checks.
+    if not (_plain_id(event_id) and _plain_id(event_type)):
+        event_id = check_id(event_id, f"events[{position}] event id")
+        event_type = check_id(event_type, f"event {event_id!r} type")
+    if type(at) is not float or not math.isfinite(at):
+        if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+            raise UsageError(f"event {event_id!r}: at must be a finite number of seconds, got {at!r}")
     if not trusted:
         check_payload(event_id, payload)
-    if not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         raise UsageError(f"event {event_id!r}: payload must be a JSON object (a dict), got {type(payload).__name__}")
     return PreparedEvent(event_id, event_type, float(at), pack(payload))
+
+
+def _plain_id(value: object) -> TypeGuard[str]:
+    """A string ``check_id`` accepts, by its quick test: non-empty ASCII with no NUL, not too long."""
+    return type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isascii() and "\x00" not in value
 
 
 def prepare_all(batches: object) -> list[PreparedBatch | StoreError]:

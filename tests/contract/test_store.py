@@ -358,6 +358,10 @@ BAD_APPENDS: list[tuple[str, object, object, object, str]] = [
     ("long-session", "s" * 2000, [ev("a")], None, "limit 1024"),
     ("empty-event-id", "s", [Event("", "t")], None, "event id is empty"),
     ("empty-type", "s", [Event("a", "")], None, "type is empty"),
+    ("nul-in-event-id", "s", [ev("a"), Event("b\x00", "t")], None, "events[1] event id 'b\\x00' contains a NUL"),
+    ("surrogate-event-id", "s", [Event("a\ud800", "t")], None, "lone surrogate"),
+    ("long-type", "s", [Event("a", "t" * 2000)], None, "event 'a' type is 2000 characters long"),
+    ("type-not-str", "s", [Event("a", 5)], None, "type must be a string"),  # type: ignore[arg-type]
     ("not-an-event", "s", [{"id": "a"}], None, "not an Event"),
     ("one-event", "s", ev("a"), None, "wrap it in a list"),
     ("events-not-list", "s", "abc", None, "list of Event"),
@@ -370,6 +374,9 @@ BAD_APPENDS: list[tuple[str, object, object, object, str]] = [
     ("object", "s", [ev("a", payload={"x": object()})], None, "payload.x is a object"),  # type: ignore[dict-item]
     ("payload-list", "s", [Event("a", "t", [1])], None, "JSON object"),  # type: ignore[arg-type]
     ("at-nan", "s", [ev("a", at=float("nan"))], None, "finite"),
+    ("at-inf", "s", [ev("a", at=float("-inf"))], None, "finite"),
+    ("at-bool", "s", [ev("a", at=True)], None, "finite"),
+    ("at-str", "s", [ev("a", at="now")], None, "finite"),  # type: ignore[arg-type]
     ("expected-negative", "s", [ev("a")], -1, "0 or more"),
     ("expected-bool", "s", [ev("a")], True, "integer"),
 ]

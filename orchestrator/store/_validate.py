@@ -28,6 +28,7 @@ __all__ = [
     "check_limit",
     "check_listing",
     "check_snapshot",
+    "plain_id",
     "prepare_all",
     "prepare_batch",
 ]
@@ -62,8 +63,20 @@ class PreparedBatch:
     expected_index: int | None
 
 
+def plain_id(value: object) -> TypeGuard[str]:
+    """The common id ``check_id`` accepts, by a quick test: a short ASCII string with no NUL.
+
+    ``check_id`` starts with it, and callers on the write path test it first, so they build
+    ``check_id``'s message (often an f-string with a ``repr``) only for an id that is not plain.
+    A new rule for ids therefore goes here, as well as into ``check_id``'s messages.
+    """
+    return type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isascii() and "\x00" not in value
+
+
 def check_id(value: object, what: str) -> str:
     """A session id, event id, event type or reducer name: a non-empty, storable string."""
+    if plain_id(value):
+        return value
     if not isinstance(value, str):
         raise UsageError(f"{what} must be a string, got {type(value).__name__}: pass the id as str")
     if not value:
@@ -75,8 +88,6 @@ def check_id(value: object, what: str) -> str:
         )
     if "\x00" in value:
         raise UsageError(f"{what} {value!r} contains a NUL character: remove it")
-    if value.isascii():
-        return value  # ASCII is valid UTF-8: no need to encode it to find out
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -124,8 +135,8 @@ def prepare_batch(
         UsageError: the batch is malformed; the message names the field and the fix.
         PartialDuplicateBatch: the batch holds the same event id twice.
     """
-    sid = session_id if _plain_id(session_id) else check_id(session_id, "session id")
-    if expected_index is not None and (type(expected_index) is not int or expected_index < 0):
+    sid = check_id(session_id, "session id")
+    if expected_index is not None:
         _check_index(expected_index, "expected_index")
     if type(events) is not list:  # a list is the common case; anything else is checked in full
         if isinstance(events, Event):
@@ -137,16 +148,15 @@ def prepare_batch(
             f"the batch for session {sid!r} is empty: pass at least one Event "
             "(an empty append would write nothing and return no index)"
         )
-    prepared = tuple([_prepare_event(e, i, trusted) for i, e in enumerate(events)])
-    if len(prepared) > 1 and len({event.id for event in prepared}) < len(prepared):
-        seen: set[str] = set()
-        for event in prepared:
-            if event.id in seen:
-                raise PartialDuplicateBatch(
-                    f"event id {event.id!r} appears twice in one batch for session {sid!r}: give each event its own id",
-                    event.id,
-                )
-            seen.add(event.id)
+    prepared = tuple(_prepare_event(e, i, trusted) for i, e in enumerate(events))
+    seen: set[str] = set()
+    for event in prepared:
+        if event.id in seen:
+            raise PartialDuplicateBatch(
+                f"event id {event.id!r} appears twice in one batch for session {sid!r}: give each event its own id",
+                event.id,
+            )
+        seen.add(event.id)
     # The check above passed, so expected_index is None or a valid int.
     return PreparedBatch(sid, prepared, expected_index if isinstance(expected_index, int) else None)
 
@@ -158,24 +168,17 @@ def _prepare_event(event: object, position: int, trusted: bool = False) -> Prepa
             "build it with orchestrator.core.events.Event(id=..., type=..., payload=...)"
         )
     event_id, event_type, at, payload = event.id, event.type, event.at, event.payload
-    # The common case, checked without building the messages ``check_id`` would name it with: a
-    # short ASCII id and type, a float time, a dict payload. Anything else takes the full checks.
-    if not (_plain_id(event_id) and _plain_id(event_type)):
+    # A plain id and type need no message built for them (see ``plain_id``).
+    if not (plain_id(event_id) and plain_id(event_type)):
         event_id = check_id(event_id, f"events[{position}] event id")
         event_type = check_id(event_type, f"event {event_id!r} type")
-    if type(at) is not float or not math.isfinite(at):
-        if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
-            raise UsageError(f"event {event_id!r}: at must be a finite number of seconds, got {at!r}")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        raise UsageError(f"event {event_id!r}: at must be a finite number of seconds, got {at!r}")
     if not trusted:
         check_payload(event_id, payload)
-    if type(payload) is not dict and not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):  # the ABC check only when not a dict
         raise UsageError(f"event {event_id!r}: payload must be a JSON object (a dict), got {type(payload).__name__}")
     return PreparedEvent(event_id, event_type, float(at), pack(payload))
-
-
-def _plain_id(value: object) -> TypeGuard[str]:
-    """A string ``check_id`` accepts, by its quick test: non-empty ASCII with no NUL, not too long."""
-    return type(value) is str and 0 < len(value) <= MAX_ID_LENGTH and value.isascii() and "\x00" not in value
 
 
 def prepare_all(batches: object) -> list[PreparedBatch | StoreError]:

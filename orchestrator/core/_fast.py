@@ -38,10 +38,19 @@ T = TypeVar("T")
 
 
 def slot_setter(cls: type, name: str) -> Callable[[Any, Any], None]:
-    """The raw setter of slot ``name`` of ``cls`` (bypasses a frozen ``__setattr__``)."""
-    descriptor: Any = cls.__dict__[name]
-    setter: Callable[[Any, Any], None] = descriptor.__set__
-    return setter
+    """The raw setter of slot ``name`` of ``cls`` or a base (bypasses a frozen ``__setattr__``).
+
+    Raises:
+        TypeError: ``name`` is not a slot of ``cls`` or of a base class.
+    """
+    for klass in cls.__mro__:
+        descriptor = klass.__dict__.get(name)
+        if descriptor is not None:
+            if not isinstance(descriptor, types.MemberDescriptorType):
+                raise TypeError(f"{cls.__name__}.{name} is not a slot")
+            setter: Callable[[Any, Any], None] = descriptor.__set__
+            return setter
+    raise TypeError(f"{cls.__name__} has no slot {name!r}")
 
 
 def check_draft(draft: type, cls: type) -> None:
@@ -97,7 +106,7 @@ def fast_init(cls: type[T]) -> type[T]:
     body: list[str] = []
     klass: Any = cls
     for f in dataclasses.fields(klass):
-        namespace[f"_fi_set_{f.name}"] = _slot_descriptor(cls, f.name).__set__
+        namespace[f"_fi_set_{f.name}"] = slot_setter(cls, f.name)
         has_default = f.default is not dataclasses.MISSING
         has_factory = f.default_factory is not dataclasses.MISSING
         if has_default:
@@ -123,7 +132,6 @@ def fast_init(cls: type[T]) -> type[T]:
     init: Callable[..., None] = namespace["__init__"]
     _check_same_signature(cls, klass.__init__, init)
     init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__doc__ = klass.__init__.__doc__
     klass.__init__ = init
     return cls
 
@@ -135,16 +143,6 @@ class _Factory:
 
 _MISSING: Any = _Factory()
 """The default of a field with a default factory (shown as the dataclass's own is: ``<factory>``)."""
-
-
-def _slot_descriptor(cls: type, name: str) -> Any:
-    for klass in cls.__mro__:
-        descriptor = klass.__dict__.get(name)
-        if descriptor is not None:
-            if not isinstance(descriptor, types.MemberDescriptorType):
-                raise TypeError(f"{cls.__name__}.{name} is not a slot")
-            return descriptor
-    raise TypeError(f"{cls.__name__} has no slot {name!r}")
 
 
 def _check_same_signature(cls: type, old: Callable[..., None], new: Callable[..., None]) -> None:

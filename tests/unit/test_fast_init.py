@@ -54,7 +54,7 @@ def test_it_takes_the_same_arguments_and_builds_the_same_value() -> None:
     ]
     for args, kwargs in calls:
         a, b = plain(*args, **kwargs), fast(*args, **kwargs)
-        assert repr(a).replace("plain", "fast") == repr(b)
+        assert repr(a) == repr(b)
         assert dataclasses.asdict(a) == dataclasses.asdict(b)
         assert b.checked is True  # __post_init__ ran
 

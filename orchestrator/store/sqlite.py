@@ -52,6 +52,15 @@ _CLAIM: Final = (
     "UPDATE sessions SET last_index = ?, updated_at = ? WHERE session_id = ? AND last_index = ? RETURNING sid"
 )
 """Move a session's last index from the one a batch expects to after the batch, in one statement."""
+_CLAIM_BY_SID: Final = (
+    "UPDATE sessions SET last_index = ?, updated_at = ? WHERE sid = ? AND session_id = ? AND last_index = ?"
+)
+"""``_CLAIM`` for a session whose row id the writer knows: found by its key, not by the text index,
+and with no row to return (measured, 100 sessions' batches interleaved: 4.5 µs against 10-12).
+The ``session_id`` term makes a remembered id that is wrong (the row was rolled back, its id
+reused) match nothing, and the write take the general path."""
+_SIDS_KEPT: Final = 65_536
+"""Row ids the writer remembers at most (``_sids``); past that it forgets them all and relearns."""
 _INSERT_EVENT: Final = "INSERT INTO events (sid, idx, event_id, type, at, payload) VALUES (?, ?, ?, ?, ?, ?)"
 _SELECT_EVENTS: Final = (
     "SELECT idx, event_id, type, at, payload FROM events "
@@ -112,6 +121,8 @@ class SqliteStore:
         self._clock = clock
         self._after_row = _after_row
         self._derive: bool | None = None  # whether the file stores derived ids as NULL (writer thread)
+        self._sids: dict[str, int] = {}
+        """Session id -> row id, as the writer last saw it (writer thread; ``_CLAIM_BY_SID``)."""
         self._rows_inserted = 0
         self._closed = False
         # The writer must not hold the store (a bound method would): then a store dropped without
@@ -230,16 +241,24 @@ class SqliteStore:
         # The common case: a session the writer knows, at the index it expects. Its indexes are
         # claimed with one statement; anything else (a new session, a stale index, a replay)
         # takes the general path below.
-        row = conn.execute(_CLAIM, (expected + count, now, sid_text, expected)).fetchone() if expected else None
-        claimed = row is not None
         sid: int | None = None
+        claimed = False
+        if expected:
+            sid = self._sids.get(sid_text)
+            if sid is not None:
+                claimed = conn.execute(_CLAIM_BY_SID, (expected + count, now, sid, sid_text, expected)).rowcount == 1
+            else:
+                row = conn.execute(_CLAIM, (expected + count, now, sid_text, expected)).fetchone()
+                if row is not None:
+                    sid, claimed = self._remember(sid_text, int(row[0])), True
         last = 0
-        if row is not None:
-            sid, last = int(row[0]), int(expected or 0)
+        if claimed:
+            last = expected or 0
         else:
+            sid = None
             row = conn.execute("SELECT sid, last_index FROM sessions WHERE session_id = ?", (sid_text,)).fetchone()
             if row is not None:
-                sid, last = int(row[0]), int(row[1])
+                sid, last = self._remember(sid_text, int(row[0])), int(row[1])
             if expected is not None and expected != last:
                 # A retried batch carries a stale expected_index: a replay is checked first.
                 replay = replay_result(batch, _stored(conn, batch))
@@ -252,7 +271,7 @@ class SqliteStore:
                     (sid_text, now, now),
                 )
                 assert cursor.lastrowid is not None
-                sid = cursor.lastrowid
+                sid = self._remember(sid_text, cursor.lastrowid)
         assert sid is not None
         derive = self._derives(conn)
         if derive and _moved_derived_ids(conn, sid, last, batch):
@@ -277,6 +296,14 @@ class SqliteStore:
         if not claimed:
             conn.execute("UPDATE sessions SET last_index = ?, updated_at = ? WHERE sid = ?", (last + count, now, sid))
         return AppendResult(sid_text, last + 1, last + count)
+
+    def _remember(self, session_id: str, sid: int) -> int:
+        """Keep ``session_id``'s row id for its next claims (writer thread); returns ``sid``."""
+        sids = self._sids
+        if len(sids) >= _SIDS_KEPT and session_id not in sids:
+            sids.clear()
+        sids[session_id] = sid
+        return sid
 
     def _derives(self, conn: sqlite3.Connection) -> bool:
         if self._derive is None:

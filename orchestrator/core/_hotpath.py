@@ -156,11 +156,13 @@ def append_text(run: Run, part: TextDelta) -> Run | None:
     return new_run  # type: ignore[return-value]
 
 
-def with_call_agent(run: Any, index: int, message: AgentMessage, at: int, call: ToolPart, agent: NestedRun) -> Any:
+def with_call_agent(
+    run: Any, index: int, message: AgentMessage, at: int, call: ToolPart, agent: NestedRun, changes: int = 1
+) -> Any:
     """``run`` with the call ``call`` (part ``at`` of ``message``, message ``index``) running ``agent``.
 
-    ``ToolPart.with_agent``, ``revised`` and ``PVec.set`` in one: the next revision of the message,
-    every other field kept.
+    ``ToolPart.with_agent``, ``revised`` and ``PVec.set`` in one: the message ``changes`` revisions
+    on (one per change made to ``agent`` since ``call``), every other field kept.
     """
     draft = _ToolDraft()
     draft.id = call.id
@@ -183,7 +185,7 @@ def with_call_agent(run: Any, index: int, message: AgentMessage, at: int, call: 
         new_message.parts = (new_call,) if at == 0 else (*parts[:-1], new_call)
     else:
         new_message.parts = (*parts[:at], new_call, *parts[at + 1 :])
-    new_message.revision = message.revision + 1
+    new_message.revision = message.revision + changes
     new_message.metadata = message.metadata
     new_message.__class__ = AgentMessage  # type: ignore[assignment]  # sealed
 

@@ -61,7 +61,7 @@ from orchestrator.core.stream import (
     ToolResult,
 )
 
-__all__ = ["CANCELLED_BY_ERROR", "CANCELLED_BY_USER", "resumable", "session_reducer"]
+__all__ = ["CANCELLED_BY_ERROR", "CANCELLED_BY_USER", "apply_within", "resumable", "session_reducer"]
 
 CANCELLED_BY_USER = "Cancelled by the user."
 """The error text of a call cancelled by a stop or an aborted finish."""
@@ -172,16 +172,32 @@ def _apply(run: Any, part: AgentStreamPart) -> Any:
 
 
 def _apply_within(state: SessionState, part: AgentStreamPart, within: Within) -> SessionState:
+    return apply_within(state, (part,), within)
+
+
+def apply_within(state: SessionState, parts: Sequence[AgentStreamPart], within: Within) -> SessionState:
+    """``parts``, in order, each applied as ``ApplyPart(part, within)`` would be: the same state.
+
+    The path to the delegate call is followed once, and the tree above the call rebuilt once, for
+    all of them: a part applied inside a call's run changes nothing outside it, so every part
+    would find the call where the first one did. (A sub-agent's batch is such a run of parts.)
+    Each message on the path still moves one revision for every part that changed the run.
+    """
     found = _find_call(state, within) if isinstance(within, str) else _follow(state, within)
     if found is None:
         return state
     _, _, _, _, call = found[0]
-    nested = call.agent
-    run = _apply(nested if nested is not None else NestedRun(), part)
-    if run is nested:
+    run: Any = call.agent
+    changes = 0
+    for part in parts:
+        applied = _apply(run if run is not None else NestedRun(), part)
+        if applied is not run:
+            changes += 1
+            run = applied
+    if not changes:
         return state
     for outer, index, message, at, call in found:
-        run = with_call_agent(outer, index, message, at, call, run)
+        run = with_call_agent(outer, index, message, at, call, run, changes)
     return run  # type: ignore[no-any-return]
 
 

@@ -9,11 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import SessionState, ToolPart, parse_state, resumable, session_reducer
-from orchestrator.core.actions import SessionAction
+from orchestrator.core.actions import ApplyPart, Send, SessionAction
+from orchestrator.core.fold._common import apply_actions, apply_nested
+from orchestrator.core.fold.turns import nest
 from orchestrator.core.parts import AgentMessage
+from orchestrator.core.stream import AgentStreamPart, MessageStart, TextDelta, ToolCall
 from orchestrator.core.wire import pack, state_to_wire, unpack
 
-from .strategies import action_lists, actions, with_reset
+from .strategies import action_lists, actions, call_ids, with_reset
 
 
 def fold(actions_: Sequence[SessionAction], state: SessionState | None = None) -> SessionState:
@@ -130,3 +133,34 @@ def test_the_trusted_nested_run_reader_matches_the_validating_parser(actions_: l
     snapshot = RunSnapshot(NestedRun(state.messages, state.status, state.error))
     wire = unpack(pack(part_to_wire(snapshot)))
     assert part_from_wire(wire) == parse_part(wire) == snapshot
+
+
+@given(action_lists, st.booleans(), call_ids, st.lists(actions, max_size=30))
+@settings(max_examples=300)
+def test_a_sub_agents_batch_applied_in_runs_is_the_batch_applied_one_by_one(
+    before: list[SessionAction], open_call: bool, call_id: str, batch: list[SessionAction]
+) -> None:
+    """``apply_nested`` walks to a call once per run of parts; the result is the one-by-one fold."""
+    if open_call:  # end on a running delegate call, and start a message in it: most of the batch lands there
+        before = [*before, ApplyPart(MessageStart("m-9")), ApplyPart(ToolCall(call_id, "delegate_to_researcher", {}))]
+        batch = [ApplyPart(MessageStart("n-9")), *batch]
+    state = fold(before)
+    nested = [nest(action, call_id) for action in batch]
+    assert apply_nested(state, nested) == apply_actions(state, nested)
+
+
+def test_a_run_of_parts_to_one_call_lands_in_its_nested_run_in_order() -> None:
+    state = fold(
+        [
+            Send("u-1", "hi"),
+            ApplyPart(MessageStart("a-1")),
+            ApplyPart(ToolCall("c-1", "delegate_to_researcher", {})),
+        ]
+    )
+    parts: list[AgentStreamPart] = [MessageStart("n-1"), TextDelta("one "), TextDelta("two"), TextDelta(" three")]
+    batch = [ApplyPart(part, ("c-1",)) for part in parts]
+    applied = apply_nested(state, batch)
+    assert applied == apply_actions(state, batch)
+    call = applied.messages[-1].parts[-1]
+    assert isinstance(call, ToolPart) and call.agent is not None
+    assert call.agent.messages[-1].text == "one two three"

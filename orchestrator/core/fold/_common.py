@@ -11,13 +11,13 @@ handler that needs only the payload into it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
 from orchestrator.core.actions import ApplyPart, SessionAction
 from orchestrator.core.aistate import ActiveTurn, AIState, CompactionState, ToolRecord, changed
 from orchestrator.core.events import Event
-from orchestrator.core.reducer import session_reducer
+from orchestrator.core.reducer import apply_within, session_reducer
 from orchestrator.core.state import SessionState
 from orchestrator.core.stream import CompactionUpdate, ToolFailure
 
@@ -52,6 +52,32 @@ def apply_actions(session: SessionState, actions: Iterable[SessionAction]) -> Se
     """Run session actions through the reducer."""
     for action in actions:
         session = session_reducer(session, action)
+    return session
+
+
+def apply_nested(session: SessionState, actions: Sequence[SessionAction]) -> SessionState:
+    """``apply_actions`` for a sub-agent's batch, whose parts are all bound for its call.
+
+    A run of parts bound for one call goes there in one walk (``reducer.apply_within``), not one
+    walk each.
+    """
+    i, n = 0, len(actions)
+    while i < n:
+        action = actions[i]
+        within = action.within if type(action) is ApplyPart else None
+        if within is None:
+            session = session_reducer(session, action)
+            i += 1
+            continue
+        parts = [action.part]  # type: ignore[union-attr]  # an ApplyPart: ``within`` is set
+        i += 1
+        while i < n:
+            following = actions[i]
+            if type(following) is not ApplyPart or following.within != within:
+                break
+            parts.append(following.part)
+            i += 1
+        session = apply_within(session, parts, within)
     return session
 
 

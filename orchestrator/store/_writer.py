@@ -223,7 +223,6 @@ class GroupCommitWriter:
             if begun:
                 conn.execute("ROLLBACK")
             return
-        outcomes: list[tuple[bool, Any]] = []
         try:
             if not begun:
                 _begin_immediate(conn, self.busy_timeout)
@@ -231,21 +230,9 @@ class GroupCommitWriter:
             self._fail_all(jobs, _lock_timeout(error))
             return
         try:
-            for job in jobs:
-                conn.execute(f"SAVEPOINT {JOB_SAVEPOINT}")
-                try:
-                    value = job.work(conn)
-                except (TroupeError, sqlite3.Error) as error:
-                    conn.execute(f"ROLLBACK TO {JOB_SAVEPOINT}")
-                    conn.execute(f"RELEASE {JOB_SAVEPOINT}")
-                    outcomes.append((False, _as_store_error(error)))
-                except Exception as error:  # a bug in the work itself: report it, keep writing
-                    conn.execute(f"ROLLBACK TO {JOB_SAVEPOINT}")
-                    conn.execute(f"RELEASE {JOB_SAVEPOINT}")
-                    outcomes.append((False, error))
-                else:
-                    conn.execute(f"RELEASE {JOB_SAVEPOINT}")
-                    outcomes.append((True, value))
+            outcomes = _run_together(conn, jobs)
+            if outcomes is None:
+                outcomes = _run_apart(conn, jobs)
             lost = self._identity.problem() if self._identity is not None else None
             if lost is not None:  # committing would acknowledge writes nobody will ever read
                 conn.execute("ROLLBACK")
@@ -409,6 +396,50 @@ class InlineGroupWriter(GroupCommitWriter):
 
 JOB_SAVEPOINT: Final = "job"
 """The savepoint each job of a group runs in: a job that raises is rolled back to it, alone."""
+GROUP_SAVEPOINT: Final = "jobs"
+"""The savepoint around a group's jobs run together (``_run_together``)."""
+
+
+def _run_together(conn: sqlite3.Connection, jobs: list[_Job]) -> list[tuple[bool, Any]] | None:
+    """Run every job in one savepoint; ``None`` when one raised (the group's work is undone then).
+
+    The common case: no job fails, and two statements cover the group instead of two per job.
+    A job that fails, or needs its own savepoint (``ROLLBACK TO job``: a replay), raises here,
+    and the group is run again apart (``_run_apart``), each job in its own savepoint.
+    """
+    conn.execute(f"SAVEPOINT {GROUP_SAVEPOINT}")
+    outcomes: list[tuple[bool, Any]] = []
+    try:
+        for job in jobs:
+            outcomes.append((True, job.work(conn)))
+    except Exception:
+        conn.execute(f"ROLLBACK TO {GROUP_SAVEPOINT}")
+        conn.execute(f"RELEASE {GROUP_SAVEPOINT}")
+        return None
+    conn.execute(f"RELEASE {GROUP_SAVEPOINT}")
+    return outcomes
+
+
+def _run_apart(conn: sqlite3.Connection, jobs: list[_Job]) -> list[tuple[bool, Any]]:
+    """Run each job in its own savepoint: one that fails leaves no trace and fails only itself."""
+    outcomes: list[tuple[bool, Any]] = []
+    for job in jobs:
+        conn.execute(f"SAVEPOINT {JOB_SAVEPOINT}")
+        try:
+            value = job.work(conn)
+        except (TroupeError, sqlite3.Error) as error:
+            conn.execute(f"ROLLBACK TO {JOB_SAVEPOINT}")
+            conn.execute(f"RELEASE {JOB_SAVEPOINT}")
+            outcomes.append((False, _as_store_error(error)))
+        except Exception as error:  # a bug in the work itself: report it, keep writing
+            conn.execute(f"ROLLBACK TO {JOB_SAVEPOINT}")
+            conn.execute(f"RELEASE {JOB_SAVEPOINT}")
+            outcomes.append((False, error))
+        else:
+            conn.execute(f"RELEASE {JOB_SAVEPOINT}")
+            outcomes.append((True, value))
+    return outcomes
+
 
 _FIRST_RETRY: Final = 0.0001
 _LAST_RETRY: Final = 0.002

@@ -249,8 +249,10 @@ class LiveView(Generic[SessionT, TurnT]):
             self._fail(error)
 
     def _apply(self, batch: list[Mutation]) -> None:
-        for mutation in batch:
-            if self.view.apply(mutation):
+        view = self.view
+        last = len(batch) - 1
+        for i, mutation in enumerate(batch):
+            if view.apply(mutation) and not (i < last and _repeated_by_info(mutation, batch[i + 1])):
                 self._track(mutation)
         self.index = max(self.index, self.view.index, getattr(batch, "cursor", -1))
         self._shown = None
@@ -514,6 +516,19 @@ def _turn_receipt(turn: _Receipted) -> Receipt | None:
 
 def _stop_receipt(result: StopResult) -> Receipt | None:
     return result.receipt
+
+
+def _repeated_by_info(mutation: Mutation, following: Mutation) -> bool:
+    """Whether ``mutation`` is a ``turn`` that the ``info`` right after it repeats.
+
+    ``mutations.diff`` sends both, at one index, for a turn that changed: tracking the ``info``
+    alone leaves ``confirmed`` the same.
+    """
+    return (
+        mutation.get("type") == "turn"
+        and following.get("type") == "info"
+        and following.get("index") == mutation.get("index")
+    )
 
 
 def _with_turn(state: AIState, turn: Mapping[str, Any] | None, last: Mapping[str, Any] | None) -> AIState:

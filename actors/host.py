@@ -89,7 +89,7 @@ class HostOptions:
     idle_timeout: float = 300.0
     """Seconds of quiet before a session deactivates."""
     flush_interval: float = FIRST_FLUSH
-    """Seconds a step's first stream part may wait before its batch is written (0: the next turn of the loop)."""
+    """Seconds a step's first stream part may wait before its batch is written (0: none, queued with the part)."""
     flush_every: float = 0.02
     """Seconds between the later stream batches of a step (at least; see ``flush_budget``)."""
     flush_parts: int = 256

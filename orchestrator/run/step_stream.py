@@ -2,7 +2,7 @@
 
 A step's parts are not written one by one: they are buffered and flushed as one ``ai.stream``
 event when enough have gathered (``flush_parts``) or a timer fires. The first flush comes after
-``flush_interval`` (by default on the next turn of the loop) so the first text goes out fast;
+``flush_interval`` (by default none: queued with the first part) so the first text goes out fast;
 later ones wait longer, as the process's ``StreamPacer`` says. Only the turn's first step
 flushes early: a later one follows a tool call the user already sees, and its text keeps the
 pace from its first batch (on the shop workload, two writes fewer a turn and ~10 % less CPU).
@@ -104,7 +104,12 @@ class StepStream:
         if count >= self.runner.flush_parts:
             return True
         if self.timer is None:
-            self.timer = self.clock.call_later(self.interval, self._on_timer)
+            if not self.interval and self.flushing is None:
+                # The turn's first text (``FIRST_FLUSH``): queued now, not a turn of the loop
+                # later, so it joins the session's next write (often the one behind the input).
+                self.flushing = self.runner._queue_write(self._events())
+            else:
+                self.timer = self.clock.call_later(self.interval, self._on_timer)
             if self.pacer is not None:
                 self.interval = self.pacer.interval(self.runner.flush_every)
         return False

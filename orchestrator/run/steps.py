@@ -2,8 +2,8 @@
 
 A step's parts are not written one by one: ``StepStream`` (``run/step_stream.py``) buffers them
 and flushes them as one ``ai.stream`` event when enough have gathered (``flush_parts``) or a
-timer fires. The turn's first step flushes first after ``flush_interval`` (by default on the
-next turn of the loop) so the turn's first text goes out fast; later batches, and every batch of
+timer fires. The turn's first step flushes first after ``flush_interval`` (by default at once,
+with its first part) so the turn's first text goes out fast; later batches, and every batch of
 a later step, wait longer, as the process's ``StreamPacer`` says. A step's last parts go out with
 its end, in one batch.
 

@@ -172,8 +172,9 @@ async def test_a_steps_first_text_is_written_at_once_and_the_next_at_the_pace() 
         await runner.submit(SendInput("u-first", "go"))
         model.feed()
         await eventually(lambda: model.taken == 1, TIMEOUT, what="the first chunk taken")
-        assert clock.advance(0) == 1  # no time passes: the first text is due at once
+        # No timer: the first text was queued with the chunk, and is written with no time passing.
         await runner.wait_for(lambda s: text(s) == CHUNKS[0], TIMEOUT)
+        assert clock.advance(0) == 0
         model.feed()
         await eventually(lambda: model.taken == 2, TIMEOUT, what="the second chunk taken")
         assert clock.advance(0.019) == 0  # the next batch waits for the pace (flush_every, 20 ms)
@@ -287,8 +288,7 @@ async def test_a_stopped_step_gives_its_share_of_the_budget_back() -> None:
     try:
         await runner.submit(SendInput("u-stop", "go"))
         await eventually(lambda: model.taken, TIMEOUT, what="the first chunk taken")
-        assert clock.advance(0) == 1  # the first text's flush: due at once
-        await runner.wait_for(lambda s: text(s) == "c0 ", TIMEOUT)
+        await runner.wait_for(lambda s: text(s) == "c0 ", TIMEOUT)  # the first text: queued with its chunk
         assert pacer.streaming == 1
         await runner.submit(StopTurn("stop-1", runner.state.active.id if runner.state.active else ""))
         outcome = await runner.wait_input("u-stop", timeout=TIMEOUT)
@@ -338,7 +338,9 @@ async def test_a_step_keeps_the_text_it_buffers_as_a_few_joined_strings_and_writ
     parts += [Reasoning("hm"), *(TextDelta(c) for c in chunks[90:])]
     store = open_store("memory://")
     model = PartsModel(parts)
-    runner = await SessionRunner.open(store, "s", Agent("a", "x", model), pacer=StreamPacer(budget=1000, clock=clock))
+    # A first flush on a timer too (the default, none, would write the first delta at once).
+    pacer = StreamPacer(budget=1000, clock=clock)
+    runner = await SessionRunner.open(store, "s", Agent("a", "x", model), pacer=pacer, flush_interval=0.001)
     try:
         await runner.submit(SendInput("u", "go"))
         await asyncio.wait_for(model.streamed.wait(), TIMEOUT)

@@ -32,9 +32,9 @@ FIRST_FLUSH: Final = 0.0
 none. The batch is queued with that part, so it joins the session's next write, often the one
 right after the input's (``StepStream.put``); a timer of 0 s fired a turn of the loop later, and
 under load a turn of a busy host's loop is several milliseconds. On the shop workload at N=100,
-five alternating pairs against the timer, in one process: the first text p50 39.3 ms against
-44.9 (medians); on Ray (``bench shop``, five pairs): 44.5 against 51.7. The later batches are
-paced as before, so a step writes no more often."""
+ten alternating pairs against the timer, in one process: the first text p50 38.9 ms against
+44.6 (medians; lower in 8 pairs); on Ray (``bench shop``, ten pairs) 50.1 against 48.0, inside
+the machine's swings. The later batches are paced as before, so a step writes no more often."""
 
 
 NESTED_DELAY: Final = 0.01

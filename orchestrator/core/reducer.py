@@ -102,7 +102,7 @@ def session_reducer(state: SessionState, action: SessionAction) -> SessionState:
                     return appended
             result: SessionState = _apply(state, part)
             return result
-        return _apply_within(state, action.part, action.within)
+        return apply_within(state, (action.part,), action.within)
     match action:
         case Send(id=message_id, text=text):
             if _index_of(state.messages, message_id) is not None:
@@ -169,10 +169,6 @@ def _apply(run: Any, part: AgentStreamPart) -> Any:
     if handler is None:
         return run
     return handler(run, part)
-
-
-def _apply_within(state: SessionState, part: AgentStreamPart, within: Within) -> SessionState:
-    return apply_within(state, (part,), within)
 
 
 def apply_within(state: SessionState, parts: Sequence[AgentStreamPart], within: Within) -> SessionState:

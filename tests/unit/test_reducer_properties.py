@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from orchestrator import SessionState, ToolPart, parse_state, resumable, session_reducer
 from orchestrator.core.actions import ApplyPart, Send, SessionAction
-from orchestrator.core.fold._common import apply_actions, apply_nested
+from orchestrator.core.fold._common import apply_actions
 from orchestrator.core.fold.turns import nest
 from orchestrator.core.parts import AgentMessage
 from orchestrator.core.stream import AgentStreamPart, MessageStart, TextDelta, ToolCall
@@ -140,13 +140,13 @@ def test_the_trusted_nested_run_reader_matches_the_validating_parser(actions_: l
 def test_a_sub_agents_batch_applied_in_runs_is_the_batch_applied_one_by_one(
     before: list[SessionAction], open_call: bool, call_id: str, batch: list[SessionAction]
 ) -> None:
-    """``apply_nested`` walks to a call once per run of parts; the result is the one-by-one fold."""
+    """``apply_actions`` walks to a call once per run of parts; the result is the one-by-one fold."""
     if open_call:  # end on a running delegate call, and start a message in it: most of the batch lands there
         before = [*before, ApplyPart(MessageStart("m-9")), ApplyPart(ToolCall(call_id, "delegate_to_researcher", {}))]
         batch = [ApplyPart(MessageStart("n-9")), *batch]
     state = fold(before)
     nested = [nest(action, call_id) for action in batch]
-    assert apply_nested(state, nested) == apply_actions(state, nested)
+    assert apply_actions(state, nested) == fold(nested, state)
 
 
 def test_a_run_of_parts_to_one_call_lands_in_its_nested_run_in_order() -> None:
@@ -159,8 +159,8 @@ def test_a_run_of_parts_to_one_call_lands_in_its_nested_run_in_order() -> None:
     )
     parts: list[AgentStreamPart] = [MessageStart("n-1"), TextDelta("one "), TextDelta("two"), TextDelta(" three")]
     batch = [ApplyPart(part, ("c-1",)) for part in parts]
-    applied = apply_nested(state, batch)
-    assert applied == apply_actions(state, batch)
+    applied = apply_actions(state, batch)
+    assert applied == fold(batch, state)
     call = applied.messages[-1].parts[-1]
     assert isinstance(call, ToolPart) and call.agent is not None
     assert call.agent.messages[-1].text == "one two three"

@@ -11,7 +11,7 @@ handler that needs only the payload into it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
 from orchestrator.core.actions import ApplyPart, SessionAction
@@ -49,28 +49,22 @@ def payload_only(handle: Callable[[AIState, Any], Evolved]) -> Callable[[AIState
 
 
 def apply_actions(session: SessionState, actions: Iterable[SessionAction]) -> SessionState:
-    """Run session actions through the reducer."""
-    for action in actions:
-        session = session_reducer(session, action)
-    return session
+    """Run session actions through the reducer.
 
-
-def apply_nested(session: SessionState, actions: Sequence[SessionAction]) -> SessionState:
-    """``apply_actions`` for a sub-agent's batch, whose parts are all bound for its call.
-
-    A run of parts bound for one call goes there in one walk (``reducer.apply_within``), not one
-    walk each.
+    A run of parts bound for one delegate call (a sub-agent's batch) goes there in one walk
+    (``reducer.apply_within``), not one walk each: the state is the one the reducer makes of
+    them one by one.
     """
+    actions = actions if isinstance(actions, list | tuple) else list(actions)
     i, n = 0, len(actions)
     while i < n:
         action = actions[i]
         within = action.within if type(action) is ApplyPart else None
+        i += 1
         if within is None:
             session = session_reducer(session, action)
-            i += 1
             continue
         parts = [action.part]  # type: ignore[union-attr]  # an ApplyPart: ``within`` is set
-        i += 1
         while i < n:
             following = actions[i]
             if type(following) is not ApplyPart or following.within != within:

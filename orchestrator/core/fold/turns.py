@@ -29,7 +29,6 @@ from orchestrator.core.fold._common import (
     _interrupted,
     _run,
     _set_tool,
-    apply_nested,
     payload_only,
 )
 from orchestrator.core.fold.inbox import _admit, _without
@@ -290,11 +289,7 @@ def _on_nested(state: AIState, p: Nested) -> tuple[AIState, list[SessionAction]]
     if record is None or p.seq <= record.child_seq:
         return state, []  # a duplicate batch (at-least-once delivery), or a call we do not know
     actions = [nest(action, p.call_id) for action in p.actions]
-    session = apply_nested(state.session, actions)
-    tools = _set_tool(state, p.call_id, child_seq=p.seq)
-    if session is state.session:
-        return state.with_(tools=tools), actions
-    return state.with_(session=session, tools=tools), actions
+    return _run(state, actions, tools=_set_tool(state, p.call_id, child_seq=p.seq))
 
 
 def nest(action: SessionAction, call_id: str) -> SessionAction:

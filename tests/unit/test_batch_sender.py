@@ -81,15 +81,38 @@ async def test_one_call_is_in_flight_and_the_batches_made_meanwhile_go_joined() 
     assert calls.sent[2] == batch(5, 4, "t5")  # nothing in flight: at once again
 
 
-async def test_the_first_visible_part_goes_at_once_with_what_came_before_it() -> None:
+def start(seq: int, prev: int | None, message_id: str) -> ChildBatch:
+    """A batch with nothing a client shows (a message starting)."""
+    return ChildBatch("c1", seq, prev, (ApplyPart(MessageStart(message_id)),))
+
+
+async def test_what_comes_before_the_first_visible_part_waits_for_it_and_goes_in_its_call() -> None:
     calls = SlowCalls()
     send = BatchSender(calls)
-    started = ChildBatch("c1", 1, None, (ApplyPart(MessageStart("m1")),))  # nothing a client shows
-    await send(started)
-    await send(ChildBatch("c1", 2, 1, (ApplyPart(MessageStart("m2")),)))
-    assert len(calls.sent) == 1  # the first call is in flight: this one waits
+    await send(start(1, None, "m1"))
+    await send(start(2, 1, "m2"))
+    assert calls.sent == []  # held for the first text
     await send(batch(3, 2, "Hello"))
-    assert calls.sent[1] == ChildBatch("c1", 3, 1, (ApplyPart(MessageStart("m2")), part("Hello")))  # not waiting
+    assert calls.sent == [
+        ChildBatch("c1", 3, None, (*start(1, None, "m1").actions, *start(2, 1, "m2").actions, part("Hello")))
+    ]
+    await send(start(4, 3, "m3"))
+    await send(batch(5, 4, " world"))
+    assert len(calls.sent) == 1  # after the first text, batches wait for the call in flight, visible or not
+    await calls.release()
+    assert calls.sent[1] == ChildBatch("c1", 5, 3, (*start(4, 3, "m3").actions, part(" world")))
+
+
+async def test_held_batches_go_after_the_hold_and_the_first_visible_part_overtakes_a_call_in_flight() -> None:
+    calls = SlowCalls()
+    send = BatchSender(calls, hold=0.01)
+    await send(start(1, None, "m1"))
+    assert calls.sent == []
+    await eventually(lambda: calls.sent == [start(1, None, "m1")], 5, what="the held batch to go alone")
+    await send(start(2, 1, "m2"))
+    assert len(calls.sent) == 1  # held again (and a call is in flight)
+    await send(batch(3, 2, "Hello"))
+    assert calls.sent[1] == ChildBatch("c1", 3, 1, (*start(2, 1, "m2").actions, part("Hello")))  # not waiting
     await send(batch(4, 3, " world"))
     assert len(calls.sent) == 2  # later text waits its turn again
     calls.gates[0].set_result(None)
@@ -97,6 +120,17 @@ async def test_the_first_visible_part_goes_at_once_with_what_came_before_it() ->
     assert len(calls.sent) == 2  # one call still in flight
     await calls.release()
     assert calls.sent[2] == batch(4, 3, " world")
+
+
+async def test_a_run_that_shows_nothing_is_not_settled_while_its_batches_are_held() -> None:
+    calls = SlowCalls()
+    send = BatchSender(calls, hold=0.01)
+    await send(start(1, None, "m1"))
+    assert await send.settled(0) is False  # held: the result must carry the run
+    waiting = asyncio.ensure_future(send.settled(5.0))
+    await eventually(lambda: len(calls.sent) == 1, 5, what="the held batch to go")
+    await calls.release()
+    assert await asyncio.wait_for(waiting, 1.0) is True
 
 
 async def test_a_failed_call_loses_its_batch_and_the_next_still_goes() -> None:

@@ -127,6 +127,10 @@ class GroupCommitWriter:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
+    def idle_connection(self) -> sqlite3.Connection | None:
+        """A connection the caller may read on now, without a thread: none (this one is the writer thread's)."""
+        return None
+
     def submit(self, work: Callable[[sqlite3.Connection], T]) -> asyncio.Future[T]:
         """Queue ``work`` for the next transaction; the future resolves after its commit."""
         loop = asyncio.get_running_loop()
@@ -379,6 +383,15 @@ class InlineGroupWriter(GroupCommitWriter):
     def wait_ready(self) -> None:
         """Open the connection (and the schema) if it is not open yet; readers call this first."""
         self._connection()
+
+    def idle_connection(self) -> sqlite3.Connection | None:
+        """The writer's connection, to read on the loop, when it is open and between transactions.
+
+        It sees what is committed, as a reader thread's would; a read on it blocks the loop, so
+        it is for lookups that are known to be small.
+        """
+        conn = self._conn
+        return conn if conn is not None and not conn.in_transaction else None
 
     def stop(self) -> None:
         """Commit what is queued, then refuse new work."""

@@ -4,7 +4,9 @@ Writes go through one ``GroupCommitWriter`` per store object (see ``_writer``): 
 appends from many coroutines share a transaction, each batch inside its own savepoint. Reads
 run on a small pool of reader threads, each with its own connection; WAL mode lets them read
 while a write transaction is open, and lets other processes (Ray actors on the same machine,
-the CLI) open the same file and read or write concurrently. Nothing here blocks the event loop.
+the CLI) open the same file and read or write concurrently. Nothing here blocks the event loop,
+except with the inline writer (``?writer=inline``, what hosts use): its group commits run on the
+loop, and so does the lookup that finds a session new when it is opened (``load_log``).
 
 The file layout is described in ``_sqlite_schema``; payloads are msgpack, deflated when large
 (``_codec``).
@@ -13,6 +15,7 @@ The file layout is described in ``_sqlite_schema``; payloads are msgpack, deflat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import sqlite3
@@ -359,6 +362,14 @@ class SqliteStore:
                 snapshot = None  # a snapshot past the log's end is stale
             return snapshot, _select_events(conn, sid, 0 if snapshot is None else snapshot.index, None)
 
+        idle = self._writer.idle_connection()
+        if idle is not None:
+            # A new session (a host opens one for every sub-agent run): one indexed lookup on the
+            # loop, not a trip to a reader thread and back for an empty answer. Any trouble (the
+            # file busy, say) and the reader thread asks instead, and reports it.
+            with contextlib.suppress(sqlite3.Error):
+                if _select_last_index(idle, sid) == 0:
+                    return select(idle)
         return await self._read(select)
 
     async def last_index(self, session_id: str) -> int:

@@ -11,13 +11,16 @@ They run together in one savepoint (``_run_together``); when one raises, or need
 its own (a replay rolls its claim back), the group's work is undone and it runs again apart,
 each job in its own savepoint (``_run_apart``), so a refused batch fails alone and leaves no
 trace.
+
+Opening: with the inline writer, a session with no events is loaded on the loop, on the
+writer's connection between transactions (``idle_connection``), not by a reader thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,7 @@ from orchestrator.core.errors import ConcurrencyConflict
 from orchestrator.core.events import Event
 from orchestrator.store import SqliteStore, open_store
 from orchestrator.store import sqlite as sqlite_module
+from orchestrator.store.base import Snapshot
 
 
 def _open(path: Path) -> SqliteStore:
@@ -176,3 +180,62 @@ async def test_a_failing_job_at_either_end_of_a_group(store: SqliteStore, failin
     for i, result in enumerate(results):
         assert isinstance(result, ConcurrencyConflict) == (i == failing)
         assert len(await store.read(f"s{i}")) == (1 if i == failing else 2)
+
+
+class _CountedReads:
+    """Counts the store's trips to a reader thread."""
+
+    def __init__(self, store: SqliteStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.trips = 0
+        read = store._read
+
+        async def counted(query: Callable[[sqlite3.Connection], object]) -> object:
+            self.trips += 1
+            return await read(query)
+
+        monkeypatch.setattr(store, "_read", counted)
+
+
+async def test_a_new_session_loads_on_the_loop_and_a_known_one_from_a_reader(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _first_notes(store, 1)  # the writer's connection is open
+    reads = _CountedReads(store, monkeypatch)
+    assert await store.load_log("new", "ai") == (None, [])
+    assert reads.trips == 0
+    await store.save_snapshot("bare", "ai", 0, b"state-0")  # a snapshot and no events: answered the same
+    assert await store.load_log("bare", "ai") == (Snapshot(0, b"state-0"), [])
+    assert reads.trips == 0
+    snapshot, events = await store.load_log("s0", "ai")
+    assert snapshot is None and [e.id for e in events] == ["s0-1"]
+    assert reads.trips == 1
+
+
+async def test_a_new_session_loads_from_a_reader_when_the_writer_cannot_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threaded = open_store(f"sqlite:///{tmp_path}/t.db")  # the writer's connection is its thread's
+    assert isinstance(threaded, SqliteStore)
+    try:
+        await threaded.append("s", _note("s-1", 1))
+        reads = _CountedReads(threaded, monkeypatch)
+        assert await threaded.load_log("new", "ai") == (None, [])
+        assert reads.trips == 1
+    finally:
+        await threaded.close()
+    inline = _open(tmp_path / "i.db")
+    try:
+        reads = _CountedReads(inline, monkeypatch)
+        assert await inline.load_log("new", "ai") == (None, [])  # nothing written yet: no connection open
+        assert reads.trips == 1
+        await inline.append("s", _note("s-1", 1))
+        conn = inline._writer._conn  # type: ignore[attr-defined]
+        assert isinstance(conn, sqlite3.Connection)
+        conn.execute("BEGIN IMMEDIATE")  # a write under way on the loop's connection
+        try:
+            assert await inline.load_log("other", "ai") == (None, [])
+        finally:
+            conn.rollback()
+        assert reads.trips == 2
+    finally:
+        await inline.close()

@@ -121,10 +121,12 @@ class Router:
         if known is not None:
             return known
         try:
-            name: str = await (await self.supervisor_handle()).assign.remote(session_id, stale)
+            assigned: tuple[str, Any] = await (await self.supervisor_handle()).assign.remote(session_id, stale)
+            name, handle = assigned
         except DedicatedFull as error:  # Ray's wrapper carries the supervisor's traceback: the message is enough
             raise DedicatedFull(error.message) from None
         self._placed[session_id] = name
+        self.keep(name, handle)  # no lookup by name (a blocking round trip to the GCS) on first use
         return name
 
     def forget(self, session_id: str) -> None:

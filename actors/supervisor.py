@@ -268,10 +268,15 @@ class Supervisor:
 
     # -- dedicated placement ----------------------------------------------------------------------------
 
-    async def assign(self, session_id: str, stale: str | None = None) -> str:
-        """The host of ``session_id``; in dedicated placement, one of its own (``DedicatedPool.assign``).
+    async def assign(self, session_id: str, stale: str | None = None) -> tuple[str, Any]:
+        """The host of ``session_id`` and its handle (dedicated placement: its own, ``DedicatedPool.assign``).
 
         ``stale``: the host the caller was sent to, which said it does not have the session.
+
+        The handle goes along because the caller does not know a host it was just given: looking
+        it up by name (``ray.get_actor``) is a blocking round trip to the GCS, on the caller's
+        loop (~8 ms of a delegate call's start on a 2-vCPU VM, ``troupe bench actors``). The
+        supervisor holds the handle of every host it started.
 
         Raises:
             DedicatedFull: no dedicated actor came free within the wait limit.
@@ -279,8 +284,9 @@ class Supervisor:
         if self.placement != "dedicated":
             placed = self.router.place_now(session_id)
             assert placed is not None
-            return placed
-        return await self.pool.assign(session_id, stale)
+            return placed, self.router.host(placed)
+        name = await self.pool.assign(session_id, stale)
+        return name, self.router.host(name)
 
     async def release(self, host: str, session_id: str) -> None:
         """A dedicated host's session deactivated: the host goes to the next waiter, the pool, or away."""

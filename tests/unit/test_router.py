@@ -1,4 +1,5 @@
-"""The router's lookups of the supervisor never block the event loop that asks for it."""
+"""The router's lookups of the supervisor never block the event loop that asks for it, and a host it
+is given comes with its handle (no lookup by name)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,17 @@ class _Method:
 
     def remote(self, *args: Any) -> Any:
         self.calls.append((self.name, args))
-        return _done(f"host-{args[0]}") if self.name == "assign" else None
+        return _done((f"host-{args[0]}", _Host(f"host-{args[0]}"))) if self.name == "assign" else None
 
 
-async def _done(value: str) -> str:
+class _Host:
+    """A dedicated host's handle, as the supervisor's ``assign`` returns it beside the name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+async def _done(value: tuple[str, _Host]) -> tuple[str, _Host]:
     return value
 
 
@@ -49,3 +57,6 @@ async def test_the_supervisor_is_looked_up_once_and_off_the_loop(monkeypatch: py
     assert await router.place("s-1") == "host-s-1"
     assert len(lookups) == 1 and lookups[0] != threading.current_thread().name  # once, on a worker thread
     assert [name for name, _ in supervisor.calls] == ["report", "assign"]
+    host = router.host("host-s-1")
+    assert isinstance(host, _Host) and host.name == "host-s-1"
+    assert len(lookups) == 1  # the host came with its handle: no blocking lookup by name on the loop

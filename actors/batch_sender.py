@@ -39,10 +39,10 @@ HOLD = 0.01
 
 Sent at once, the child's first batch (its input, turn and step starting) cost a Ray call, and the
 child's host spent ~0.5 ms submitting it between the write of its input and that of its first text.
-Held, it goes with the first text: one call fewer per child run on another host. `troupe bench
-actors`' first nested part (pooled), four alternating pairs against sending it at once: p50 6.3,
-6.3, 7.3, 7.4 ms against 7.6, 9.6, 8.2, 8.1. The parent would hold such a batch itself anyway
-(``NESTED_DELAY``) before writing it."""
+Held, it goes with the first text: one call fewer per child run on another host. The first nested
+part, pooled (``troupe bench actors``' trial, 20 on a fresh runtime), four alternating pairs
+against sending it at once: p50 6.3, 6.3, 7.3, 7.4 ms against 7.6, 9.6, 8.2, 8.1. The parent would
+hold such a batch itself anyway (``NESTED_DELAY``) before writing it."""
 
 
 class BatchSender:

@@ -274,9 +274,10 @@ class Supervisor:
         ``stale``: the host the caller was sent to, which said it does not have the session.
 
         The handle goes along because the caller does not know a host it was just given: looking
-        it up by name (``ray.get_actor``) is a blocking round trip to the GCS, on the caller's
-        loop (~8 ms of a delegate call's start on a 2-vCPU VM, ``troupe bench actors``). The
-        supervisor holds the handle of every host it started.
+        it up by name (``ray.get_actor``) is a blocking round trip to the GCS on the caller's loop
+        (1.0 ms on an idle 2-vCPU VM; 8.6 ms of a delegate call's start, with the first submit, in
+        a probe taken while another benchmark loaded the machine). The supervisor holds the
+        handle of every host it started.
 
         Raises:
             DedicatedFull: no dedicated actor came free within the wait limit.

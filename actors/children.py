@@ -10,7 +10,9 @@ then batches). A child placed on this host is run here, through ``HostChildren``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from actors.errors import SessionMoved
 from actors.options import ACTOR_ERRORS
@@ -31,11 +33,13 @@ _RETRIED: tuple[type[Exception], ...] = (*ACTOR_ERRORS, SessionMoved, HostNotFou
 class RayChildren:
     """Runs a host's sub-agent sessions on session hosts (see the module docstring)."""
 
-    def __init__(self, sub: SubAgents, router: Router, agent_key: str) -> None:
+    def __init__(self, sub: SubAgents, router: Router, agent_key: str, own: Callable[[], Any]) -> None:
         self.here = HostChildren(sub, agent_key)
         self.name = sub.host.name
         self.router = router
         self.root_key = self.here.root_key
+        self.own = own
+        """This host's own handle, sent with a child run so that the child's host needs no lookup."""
 
     async def run(self, request: ChildRequest, deliver: Deliver) -> ChildResult:
         """Start or re-attach to the child; its batches reach the parent through its host."""
@@ -53,7 +57,9 @@ class RayChildren:
         async def call(target: str) -> ChildResult:
             if target == self.name:
                 return await self.here.run(request, deliver)
-            result: ChildResult = await self.router.host(target).child_run.remote(light, self.root_key, self.name)
+            result: ChildResult = await self.router.host(target).child_run.remote(
+                light, self.root_key, self.name, self.own()
+            )
             return result
 
         try:

@@ -34,6 +34,10 @@ class Cluster(Protocol):
         """The sub-agent port of a session running ``agent_key``."""
         ...
 
+    def meet(self, name: str, handle: Any) -> None:
+        """Host ``name`` sent its own handle (a parent's, with a child run): keep it for calls back."""
+        ...
+
     def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> Awaitable[Any]:
         """Send a child's batch to its parent on another host; awaiting the result waits for that host."""
         ...

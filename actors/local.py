@@ -44,6 +44,9 @@ class InProcessCluster:
         """Sub-agents run on this same host."""
         return HostChildren(sub, agent_key)
 
+    def meet(self, name: str, handle: Any) -> None:
+        """Never called: no other host sends this one anything."""
+
     def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> Awaitable[Any]:
         """Never called: every parent is on this host, and gets its batches directly."""
         raise AssertionError(f"an in-process host has no other host ({parent_host!r}) to deliver to")

@@ -6,6 +6,7 @@ to them here, the way Ray Serve keeps its controller a plain class.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "OWN_RAY_SYSTEM_CONFIG",
     "PRELOAD_MODULES",
     "SUPERVISOR_NAME",
+    "actor_class",
     "head_node",
     "host_actor",
     "host_name",
@@ -156,4 +158,18 @@ def _named_actor(
     if node_id is not None:
         # Pinned to its node: a soft affinity was not reliably honoured at creation.
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-    return ray.remote(cls).options(**options)
+    return actor_class(cls).options(**options)
+
+
+@functools.cache
+def actor_class(cls: type) -> Any:
+    """``ray.remote(cls)``, made once per class in a process.
+
+    Ray exports an actor class the first time one of its actors is created, and again for every
+    new ``ray.remote(cls)``: the export fingerprints the class by disassembling the bytecode of
+    every method (``compute_collision_identifier``). For ``SessionHost`` that held the caller's
+    loop 52-143 ms (probe, eight dedicated hosts started by the supervisor on a 2-vCPU VM), and the
+    supervisor made one for every host it started. Made once, the class is exported once per Ray
+    job; ``.options`` gives each actor its name.
+    """
+    return ray.remote(cls)

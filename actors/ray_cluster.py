@@ -59,6 +59,7 @@ class RayCluster:
             options.placement,
             children=options.extra.get("children", "spread"),
         )
+        self._own: Any = None
 
     def node(self) -> str | None:
         """The id of the node this host runs on."""
@@ -67,7 +68,17 @@ class RayCluster:
 
     def children(self, sub: SubAgents, agent_key: str) -> Children:
         """A session's sub-agent port: its children run on the hosts the router places them on."""
-        return RayChildren(sub, self.router, agent_key)
+        return RayChildren(sub, self.router, agent_key, self.own_handle)
+
+    def own_handle(self) -> Any:
+        """This host's own actor handle, sent to the hosts it calls (made once: ~0.07 ms each time)."""
+        if self._own is None:
+            self._own = ray.get_runtime_context().current_actor
+        return self._own
+
+    def meet(self, name: str, handle: Any) -> None:
+        """Host ``name`` sent its own handle: calls to it need no lookup by name."""
+        self.router.keep(name, handle)
 
     def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> Awaitable[Any]:
         """Send a child's batch to its parent on another host: the call's result (``actors.batch_sender``)."""

@@ -1,8 +1,13 @@
-"""``RayChildren``: a child placed on the parent's own host runs there directly.
+"""``RayChildren``: a child placed on the parent's own host runs there directly; one placed on
+another host is sent the parent host's own handle with the run.
 
 A delegate call waits as long as its sub-agent works. Through ``Router.on_host`` it held the
 retry loop's frames and closures (``retry``, ``attempt``, ``call``) for all that time, about
 1 KB per call in flight; a child placed here needs none of them until something goes wrong.
+
+The child's host sends the child's batches back to the parent's host. Without the parent's
+handle it looked that host up by name (``ray.get_actor``): a blocking round trip to the GCS on
+its loop, between the child's first text and its first batch.
 """
 
 from __future__ import annotations
@@ -53,13 +58,21 @@ class _SubAgents:
         return ChildResult("ran here")
 
 
+OWN = object()
+"""The parent host's own actor handle."""
+
+
+def _own() -> object:
+    return OWN
+
+
 async def _deliver(batch: object) -> None:
     raise AssertionError("a child on this host reaches its parent through the host, not here")
 
 
 async def test_a_child_placed_on_this_host_runs_here_without_the_retry_path() -> None:
     sub, router = _SubAgents(), _Router("host-a")
-    children = RayChildren(sub, router, "shop#1")  # type: ignore[arg-type]
+    children = RayChildren(sub, router, "shop#1", _own)  # type: ignore[arg-type]
     result = await children.run(REQUEST, _deliver)
     assert result.text == "ran here"
     assert sub.runs == [("p/call-1", "shop", "host-a")]
@@ -68,7 +81,7 @@ async def test_a_child_placed_on_this_host_runs_here_without_the_retry_path() ->
 
 async def test_a_child_that_moved_off_this_host_is_followed_through_the_full_path() -> None:
     sub, router = _SubAgents(SessionMoved("not here")), _Router("host-a")
-    children = RayChildren(sub, router, "shop#1")  # type: ignore[arg-type]
+    children = RayChildren(sub, router, "shop#1", _own)  # type: ignore[arg-type]
     result = await children.run(REQUEST, _deliver)
     assert result.text == "through the full path"
     assert router.asked == ["place p/call-1", "forget p/call-1", "on_host p/call-1"]
@@ -76,6 +89,48 @@ async def test_a_child_that_moved_off_this_host_is_followed_through_the_full_pat
 
 async def test_a_child_placed_elsewhere_goes_through_the_full_path() -> None:
     sub, router = _SubAgents(), _Router("host-b")
-    children = RayChildren(sub, router, "shop#1")  # type: ignore[arg-type]
+    children = RayChildren(sub, router, "shop#1", _own)  # type: ignore[arg-type]
     assert (await children.run(REQUEST, _deliver)).text == "through the full path"
     assert sub.runs == [] and router.asked == ["place p/call-1", "on_host p/call-1"]
+
+
+class _ChildRun:
+    """The child's host's ``child_run`` method: records what each call carried."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def remote(self, *args: Any) -> Any:
+        self.calls.append(args)
+        return _answer()
+
+
+async def _answer() -> ChildResult:
+    return ChildResult("ran on host-b")
+
+
+class _CallingRouter(_Router):
+    """Places the child on ``where`` and makes the call there, as ``Router.on_host`` does."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.child_run = _ChildRun()
+
+    def host(self, name: str) -> Any:
+        self.asked.append(f"host {name}")
+        return SimpleNamespace(child_run=self.child_run)
+
+    async def on_host(self, session_id: str, call: Any, schedule: Any) -> ChildResult:
+        self.asked.append(f"on_host {session_id}")
+        result: ChildResult = await call(self.where)
+        return result
+
+
+async def test_a_child_run_on_another_host_carries_this_hosts_own_handle() -> None:
+    sub, router = _SubAgents(), _CallingRouter("host-b")
+    children = RayChildren(sub, router, "shop#1", _own)  # type: ignore[arg-type]
+    assert (await children.run(REQUEST, _deliver)).text == "ran on host-b"
+    [(light, root_key, parent_host, parent_handle)] = router.child_run.calls
+    assert (light.child_id, light.agent.name, root_key, parent_host) == ("p/call-1", "researcher", "shop", "host-a")
+    assert parent_handle is OWN  # the child's host calls back with it: no lookup by name
+    assert sub.runs == []

@@ -33,13 +33,14 @@ _RETRIED: tuple[type[Exception], ...] = (*ACTOR_ERRORS, SessionMoved, HostNotFou
 class RayChildren:
     """Runs a host's sub-agent sessions on session hosts (see the module docstring)."""
 
-    def __init__(self, sub: SubAgents, router: Router, agent_key: str, own: Callable[[], Any]) -> None:
+    def __init__(self, sub: SubAgents, router: Router, agent_key: str, introduce: Callable[[str], Any]) -> None:
         self.here = HostChildren(sub, agent_key)
         self.name = sub.host.name
         self.router = router
         self.root_key = self.here.root_key
-        self.own = own
-        """This host's own handle, sent with a child run so that the child's host needs no lookup."""
+        self.introduce = introduce
+        """This host's own handle for a first child run on a host (``None`` after): the child's
+        host calls back with it, without a lookup by name."""
 
     async def run(self, request: ChildRequest, deliver: Deliver) -> ChildResult:
         """Start or re-attach to the child; its batches reach the parent through its host."""
@@ -58,7 +59,7 @@ class RayChildren:
             if target == self.name:
                 return await self.here.run(request, deliver)
             result: ChildResult = await self.router.host(target).child_run.remote(
-                light, self.root_key, self.name, self.own()
+                light, self.root_key, self.name, self.introduce(target)
             )
             return result
 

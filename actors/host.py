@@ -544,9 +544,9 @@ class SessionHost:
 
         Safe to repeat (the parent recovered): the new call re-attaches, a snapshot first, then
         batches; the child's task input goes in only once. ``parent_handle``: the parent host's own
-        handle, kept for the batches back. Looked up by name instead (``ray.get_actor``), it held
-        this host's loop 7.3 ms (p50 of 11, dedicated hosts, probe on a 2-vCPU VM) between the
-        child's first text and its first batch.
+        handle, with its first child run here (``RayCluster.introduce``), kept for the batches back.
+        Looked up by name instead (``ray.get_actor``), it held this host's loop 7.3 ms (p50 of 11,
+        dedicated hosts, probe on a 2-vCPU VM) between the child's first text and its first batch.
         """
         if parent_handle is not None:
             self.cluster.meet(parent_host, parent_handle)

@@ -1,9 +1,10 @@
 """Hosts reach each other by handle, not by name: a lookup by name (``ray.get_actor``) is a
 blocking round trip to the GCS on the caller's loop, and a new actor class is exported again.
 
-- A child's host is sent its parent host's own handle with the run, and keeps it for the
-  batches back (probe, dedicated hosts: the lookup held the child's loop 7.3 ms between its
-  first text and its first batch).
+- A child's host is sent its parent host's own handle with the first run from that host, and
+  keeps it for the batches back (probe, dedicated hosts: the lookup held the child's loop 7.3 ms
+  between its first text and its first batch). Only the first: a handle costs its
+  serialization, and its registration on the other side, with every call that carries it.
 - The actor class of a host is made once per process: every new ``ray.remote(cls)`` is
   exported again, and the export disassembles every method of the class (52-143 ms of the
   supervisor's loop for each dedicated host it started).
@@ -11,6 +12,7 @@ blocking round trip to the GCS on the caller's loop, and a new actor class is ex
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -39,6 +41,15 @@ def test_a_host_met_by_handle_is_called_without_a_lookup(monkeypatch: pytest.Mon
 
 MET: list[tuple[str, object]] = []
 """The hosts a ``_Meeting`` cluster was introduced to."""
+
+
+def test_a_host_introduces_itself_once_to_each_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    own = object()
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(current_actor=own))
+    cluster = RayCluster("troupe-dedicated-parent", OPTIONS)
+    assert cluster.introduce("troupe-dedicated-a") is own
+    assert cluster.introduce("troupe-dedicated-a") is None  # it kept the handle
+    assert cluster.introduce("troupe-dedicated-b") is own
 
 
 class _Meeting(InProcessCluster):

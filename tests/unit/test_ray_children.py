@@ -1,5 +1,5 @@
 """``RayChildren``: a child placed on the parent's own host runs there directly; one placed on
-another host is sent the parent host's own handle with the run.
+another host is sent the parent host's own handle with the run (the first to that host).
 
 A delegate call waits as long as its sub-agent works. Through ``Router.on_host`` it held the
 retry loop's frames and closures (``retry``, ``attempt``, ``call``) for all that time, about
@@ -61,8 +61,12 @@ class _SubAgents:
 OWN = object()
 """The parent host's own actor handle."""
 
+INTRODUCED: list[str] = []
+"""The hosts ``_own`` was asked to introduce this one to."""
 
-def _own() -> object:
+
+def _own(host: str) -> object:
+    INTRODUCED.append(host)
     return OWN
 
 
@@ -128,9 +132,11 @@ class _CallingRouter(_Router):
 
 async def test_a_child_run_on_another_host_carries_this_hosts_own_handle() -> None:
     sub, router = _SubAgents(), _CallingRouter("host-b")
+    INTRODUCED.clear()
     children = RayChildren(sub, router, "shop#1", _own)  # type: ignore[arg-type]
     assert (await children.run(REQUEST, _deliver)).text == "ran on host-b"
     [(light, root_key, parent_host, parent_handle)] = router.child_run.calls
     assert (light.child_id, light.agent.name, root_key, parent_host) == ("p/call-1", "researcher", "shop", "host-a")
     assert parent_handle is OWN  # the child's host calls back with it: no lookup by name
+    assert INTRODUCED == ["host-b"]
     assert sub.runs == []

@@ -79,9 +79,9 @@ class RayCluster:
         """This host's own handle, for its first child run on ``host`` (``None`` after: ``host`` keeps it).
 
         Only the first time: a handle in a call is serialized, and registered again on the other
-        side. Sent with every child run, it delayed the first nested part (pooled, probe, two
-        alternating pairs of 25 trials) by 0.9-1.4 ms. A host that restarts has forgotten it, and
-        looks this one up by name once.
+        side. Sent with every child run, the first nested part (pooled, probe, two alternating
+        pairs of 25 trials) came 1.2-1.4 ms later in both pairs, within the machine's swing. A host
+        that restarts has forgotten it, and looks this one up by name once.
         """
         introduced = self._introduced
         if host in introduced:

@@ -12,8 +12,12 @@ the ``ray`` leg fell to 0.02-0.03 s, a recovery to 0.89-0.91 s. Each costs its i
 (a Python with Ray imported: ~45 MB of its own) and ~1 CPU-second to start.
 
 Ray's public API has no call for it: this uses the raylet's ``PrestartWorkers`` RPC (Ray 2.60,
-which ``pyproject.toml`` pins). If the call fails (another Ray, a node gone, the raylet's gRPC
-behind an auth token), nothing else does: a restart then boots its own worker, as before.
+which ``pyproject.toml`` pins), on a channel made the way Ray makes its own
+(``ray._private.grpc_utils.init_grpc_channel``): with the cluster's auth token when token
+authentication is on (Ray 2.60's default for a local cluster; a plain channel was refused as
+``UNAUTHENTICATED``, and every recovery booted its own worker: 1.27 s against 0.27) and TLS when
+``RAY_USE_TLS`` asks for it. If the call fails (another Ray, a node gone), nothing else does: a
+restart then boots its own worker, as before.
 """
 
 from __future__ import annotations
@@ -45,8 +49,8 @@ def prestart(node_id: str, count: int, keep_alive: int = KEEP_ALIVE) -> bool:
     if count <= 0:
         return True
     try:
-        # Ray's own gRPC stubs and grpc (untyped): loaded by name, and only here.
-        grpc: Any = importlib.import_module("grpc")
+        # Ray's own gRPC stubs and channel maker (untyped): loaded by name, and only here.
+        channels: Any = importlib.import_module("ray._private.grpc_utils")
         messages: Any = importlib.import_module("ray.core.generated.node_manager_pb2")
         stubs: Any = importlib.import_module("ray.core.generated.node_manager_pb2_grpc")
         from ray._private.utils import get_runtime_env_info
@@ -63,7 +67,7 @@ def prestart(node_id: str, count: int, keep_alive: int = KEEP_ALIVE) -> bool:
             keep_alive_duration_secs=keep_alive,
             num_workers=count,
         )
-        with grpc.insecure_channel(f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}") as channel:
+        with channels.init_grpc_channel(f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}") as channel:
             stubs.NodeManagerServiceStub(channel).PrestartWorkers(request, timeout=_CALL_LIMIT)
         return True
     except Exception as error:  # an optimisation only: a restart then boots its own worker

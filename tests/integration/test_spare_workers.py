@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 import ray
 
 from actors.runtime import Runtime
@@ -96,3 +103,35 @@ async def test_no_spares_when_asked_for_none(tmp_path: Path) -> None:
 def test_a_node_that_is_not_there_gets_no_spare_and_no_error() -> None:
     assert prestart("ff" * 28, 1) is False  # logged, not raised: a restart then boots its own worker
     assert prestart("ff" * 28, 0) is True  # nothing to ask for
+
+
+_WITH_TOKEN = textwrap.dedent(
+    """
+    import sys
+    import ray
+    from actors.spare_workers import prestart
+
+    ray.init(_temp_dir=sys.argv[1], num_cpus=1, include_dashboard=False)
+    try:
+        print("agreed" if prestart(ray.get_runtime_context().get_node_id(), 1) else "refused")
+    finally:
+        ray.shutdown()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_node_behind_token_authentication_starts_spares() -> None:
+    # Ray 2.60 turns token authentication on for a local cluster unless RAY_AUTH_MODE says
+    # otherwise; the raylet then refuses a call without the token (UNAUTHENTICATED), and every
+    # restart booted its own worker. A Ray of its own in a child process: the suite's has it off.
+    env = {**os.environ, "RAY_AUTH_MODE": "token"}
+    temp = tempfile.mkdtemp(prefix="troupe-auth-", dir="/tmp")  # short: Ray's socket paths end up under it
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _WITH_TOKEN, temp], env=env, capture_output=True, text=True, timeout=TIMEOUT * 2
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1:] == ["agreed"], done.stdout[-2000:] + done.stderr[-2000:]

@@ -128,7 +128,7 @@ class BaseRuntime:
         """
         name = self.transport.host_now(session.id) if session.agent_key in self._registered else None
         if name is None:
-            return asyncio.ensure_future(self.turn_outcome(session, input_id))
+            return asyncio.create_task(self.turn_outcome(session, input_id))
         outcome: asyncio.Future[TurnOutcome] = asyncio.get_running_loop().create_future()
 
         def settle(waited: asyncio.Future[TurnOutcome | WaitFailed]) -> None:

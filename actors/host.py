@@ -334,7 +334,7 @@ class SessionHost:
         if not self._idle(hosted) or self.hub.interested(session_id):
             self.touch(session_id)
             return
-        task = asyncio.ensure_future(self.deactivate(session_id))
+        task = asyncio.create_task(self.deactivate(session_id))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)  # a finished deactivation is not kept
 

@@ -118,7 +118,7 @@ class Handlers:
             return
         if due.event_id not in self.host.log.state.due_handlers:
             return  # finished already (a replayed batch, or another process ran it)
-        task = asyncio.ensure_future(self._run(due, event))
+        task = asyncio.create_task(self._run(due, event))
         self.running[due.event_id] = task
         task.add_done_callback(lambda _: self.running.pop(due.event_id, None))
 

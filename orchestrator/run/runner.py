@@ -212,7 +212,7 @@ class SessionRunner:
     def _request_drain(self) -> None:
         if not self._draining and not self._closed:
             self._draining = True
-            self._drainer = asyncio.ensure_future(self._drain())
+            self._drainer = asyncio.create_task(self._drain())
 
     async def _drain(self) -> None:
         """The session's one pump: writes what is queued, and plans again when asked (``_kick``).

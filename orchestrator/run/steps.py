@@ -193,7 +193,7 @@ class Steps:
                 self.lookups = (*self.lookups, model.name)
                 host._spawn(self._look_up(model.name, cast(CatalogModel, model)))
             signal = CancelSignal()
-            task = asyncio.ensure_future(self._guarded_step(effect, model, instructions, plan, signal, planned))
+            task = asyncio.create_task(self._guarded_step(effect, model, instructions, plan, signal, planned))
             self.current = work = StepWork(effect.step_id, task, signal)
             task.add_done_callback(wake(host))
             return work

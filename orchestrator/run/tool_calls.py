@@ -199,7 +199,7 @@ class ToolCalls:
         self, record: ToolRecord, make: Callable[[CancelSignal], Awaitable[None]], child: str | None = None
     ) -> None:
         signal = CancelSignal()
-        task = asyncio.ensure_future(self._guarded(record, make(signal)))
+        task = asyncio.create_task(self._guarded(record, make(signal)))
         self.running[record.id] = ToolWork(record.id, record.name, task, signal, child)
         task.add_done_callback(wake(self.host))
 

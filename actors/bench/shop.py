@@ -38,6 +38,7 @@ from typing import Any
 
 import psutil
 
+from actors.bench.profile import Profiler
 from actors.client import LiveView, Session
 from actors.runtime import Runtime
 from orchestrator.core.parts import AgentMessage, TextPart, ToolPart
@@ -174,6 +175,12 @@ class ShopFigures:
 
     sessions: int
     runs: list[ShopRun] = field(default_factory=list)
+    profile: dict[str, dict[str, float]] = field(default_factory=dict)
+    """``--profile``: CPU µs per chunk by stage, then process kind, of one more run (``actors.bench.profile``)."""
+    profile_chunk_us: float = 0.0
+    """The profiled run's CPU µs per chunk, py-spy's own left out (``profile_spy_us``)."""
+    profile_spy_us: float = 0.0
+    """py-spy's own CPU µs per chunk in the profiled run."""
 
     def median(self, key: str) -> float:
         """The median of one figure over the runs."""
@@ -203,6 +210,12 @@ class ShopFigures:
         out["cpu_split_us"] = self.split()
         out["memory_split_kb"] = self.split("memory_split_kb")
         out["runs"] = [asdict(r) for r in self.runs]
+        if self.profile:
+            out["profile_us_per_chunk"] = {
+                stage: {kind: round(us, 2) for kind, us in by_kind.items()} for stage, by_kind in self.profile.items()
+            }
+            out["profile_run_cpu_us_per_chunk"] = self.profile_chunk_us
+            out["profile_py_spy_us_per_chunk"] = self.profile_spy_us
         return out
 
 
@@ -301,8 +314,13 @@ def _rss(proc: psutil.Process) -> float:
 
 
 def process_kind(name: str, cmdline: Sequence[str]) -> str:
-    """What a process of a local Ray is, for the CPU split: ``hosts``, ``supervisor``, ``ray``, ``other``."""
+    """What a process of a local Ray is, for the CPU split: ``hosts``, ``supervisor``, ``ray``, ``other``.
+
+    And ``profiler``: ``--profile``'s py-spy, whose CPU is not the workload's.
+    """
     title = cmdline[0] if cmdline else name
+    if name == "py-spy":
+        return "profiler"
     if title.startswith("ray::SessionHost"):
         return "hosts"
     if title.startswith("ray::Supervisor"):
@@ -405,6 +423,25 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> 
     )
 
 
+async def _profiled_run(rt: Runtime, result: ShopFigures, run: int) -> None:
+    """One more run at ``result``'s N under py-spy; its stage table goes into ``result.profile``."""
+    await rt.deactivate_idle()
+    pids: dict[str, list[int]] = {"driver": [os.getpid()], "hosts": [], "supervisor": []}
+    for proc, kind in MemorySampler._tree():
+        if kind in ("hosts", "supervisor"):
+            pids[kind].append(proc.pid)
+    profiler = Profiler(pids)
+    profiler.start()
+    try:
+        await asyncio.sleep(0.5)  # py-spy attaches
+        measured = await _run_once(rt, result.sessions, run, MemorySampler.rss_by_kind())
+    finally:
+        profiler.stop()
+    result.profile = profiler.table(measured.cpu_split_us)
+    result.profile_spy_us = spy = measured.cpu_split_us.get("profiler", 0.0)
+    result.profile_chunk_us = round(measured.cpu_us_per_chunk - spy, 1)
+
+
 async def _store_bytes(store: EventStore) -> int:
     """What the store takes now (SQLite's checkpointed file; PostgreSQL's tables with their indexes)."""
     return await store.stored_bytes() if isinstance(store, Measurable) else 0
@@ -437,11 +474,13 @@ async def bench_shop(
     store: str | None = None,
     max_dedicated: int | None = None,
     progress: Any = None,
+    profile: bool = False,
 ) -> list[ShopFigures]:
     """Run the workload at every N, ``repeats`` times each, on a fresh local Ray and a fresh store.
 
     ``store``: the URL of an empty store (default: a SQLite file in ``workdir``). ``max_dedicated``:
-    the dedicated pool's limit (``None``: the runtime's default for this machine).
+    the dedicated pool's limit (``None``: the runtime's default for this machine). ``profile``: one
+    more run at each N under py-spy, kept out of the figures (``ShopFigures.profile``).
     """
     own = workdir is None
     base = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-"))
@@ -469,6 +508,8 @@ async def bench_shop(
                     result.runs.append(await _run_once(rt, n, 1 + len(figures) * 100 + r, baseline))
                     if progress is not None:
                         progress(result.runs[-1])
+                if profile:
+                    await _profiled_run(rt, result, 1 + len(figures) * 100 + repeats)
                 figures.append(result)
     finally:
         if own:

@@ -58,6 +58,24 @@ def test_troupe_bench_shop_verifies_every_session(workdir: Path) -> None:
 
 
 @pytest.mark.slow
+def test_troupe_bench_shop_profiles_one_more_run(workdir: Path) -> None:
+    out = workdir / "shop.json"
+    done = troupe("bench", "shop", "--sizes", "3", "--repeats", "1", "--profile", "--json", str(out), cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    figures = json.loads(out.read_text())["3"]
+    assert len(figures["runs"]) == 1  # the profiled run is kept out of the figures
+    profile = figures["profile_us_per_chunk"]
+    # py-spy sampled the hosts and the driver: their work is where the code says it is
+    assert profile["runner and steps"]["hosts"] > 0 and profile["fold and reducer"]["hosts"] > 0, profile
+    assert profile["store append"]["hosts"] > 0 and profile["client: live views"]["driver"] > 0, profile
+    # every kind's CPU is split, not more and not less (each share is rounded on its own)
+    total = sum(us for by_kind in profile.values() for us in by_kind.values())
+    assert total == pytest.approx(figures["profile_run_cpu_us_per_chunk"], rel=0.05), profile
+    assert figures["profile_py_spy_us_per_chunk"] > 0  # py-spy's own CPU, left out of the rows
+    assert "N=3, one more run under py-spy --gil" in done.stdout and "runner and steps" in done.stdout
+
+
+@pytest.mark.slow
 def test_troupe_bench_shop_dedicated_waits_for_a_bounded_pool(workdir: Path) -> None:
     out = workdir / "shop.json"
     args = ("--placement", "dedicated", "--max-dedicated", "3", "--sizes", "6", "--repeats", "1", "--json", str(out))

@@ -120,14 +120,26 @@ def bench_shop_command(
         int | None,
         typer.Option(min=1, help="Dedicated placement: actors at most (default: 4 per CPU, within 1/4 of memory)."),
     ] = None,
+    profile: Annotated[
+        bool,
+        typer.Option(
+            "--profile",
+            help="One more run at each N under py-spy (kept out of the figures): CPU µs per chunk by stage.",
+        ),
+    ] = False,
 ) -> None:
     """The shop workload end to end on Ray: N sessions x 3 turns with a sub-agent, verified live.
 
     With several ``--store``s the runs alternate between them (one run of each, then the next
     round), each on a fresh local Ray and a fresh store, so that the machine's drift falls on all.
+    ``--profile`` adds a run under py-spy after the last round (``actors.bench.profile``).
     """
     counts = parse_sizes(sizes)
+    from actors.bench.profile import Profiler, format_profile
     from actors.bench.shop import ShopFigures, ShopRun, bench_shop, format_shop, write_json
+
+    if profile:
+        Profiler.executable()  # no py-spy: say so before any run
     from orchestrator.surfaces.bench.scratch import scratch_stores
 
     console = stdout()
@@ -160,7 +172,7 @@ def bench_shop_command(
     labels: dict[str, str] = {}
     with contextlib.ExitStack() as scratches:
         opened = {kind: scratches.enter_context(scratch_stores(kind)) for kind in kinds}
-        for _ in range(repeats):
+        for round_ in range(repeats):
             for kind, scratch in opened.items():
                 labels[kind] = scratch.label
                 url = scratch.fresh()
@@ -174,16 +186,30 @@ def bench_shop_command(
                             store=url,
                             max_dedicated=max_dedicated,
                             progress=progress(kind),
+                            profile=profile and round_ == repeats - 1,
                         )
                     )
                 finally:
                     scratch.drop(url)
                 for result in ran:
-                    figures[kind][result.sessions].runs.extend(result.runs)
+                    into = figures[kind][result.sessions]
+                    into.runs.extend(result.runs)
+                    if result.profile:
+                        into.profile, into.profile_chunk_us = result.profile, result.profile_chunk_us
+                        into.profile_spy_us = result.profile_spy_us
     for kind in kinds:
         if len(kinds) > 1:
             console.print(f"\nstore: {labels[kind]}", highlight=False)
         console.print(format_shop(list(figures[kind].values())), highlight=False, soft_wrap=True)
+        for profiled in figures[kind].values():
+            if profiled.profile:
+                console.print(
+                    format_profile(
+                        profiled.sessions, profiled.profile, profiled.profile_chunk_us, profiled.profile_spy_us
+                    ),
+                    highlight=False,
+                    soft_wrap=True,
+                )
     n = counts[-1]
     console.print(
         f"Absolute figures move 2x between machines: compare with a peer as a ratio from one run on one "

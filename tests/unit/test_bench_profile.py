@@ -1,0 +1,99 @@
+"""``troupe bench shop --profile``'s attribution (``actors.bench.profile``): frames to stages, samples to µs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from actors.bench.profile import Profiler, format_profile, stage_of, stages_of
+from actors.bench.shop import process_kind
+from orchestrator.core.errors import UsageError
+
+
+@pytest.mark.parametrize(
+    ("frame", "kind", "stage"),
+    [
+        ("SessionRunner._drain (orchestrator/run/runner.py:234)", "hosts", "runner and steps"),
+        ("SessionLog.fold (orchestrator/run/log.py:114)", "hosts", "fold and reducer"),
+        ("session_reducer (orchestrator/core/reducer.py:91)", "hosts", "fold and reducer"),
+        ("NestedInbox.take (orchestrator/run/nested.py:147)", "hosts", "sub-agent batches"),
+        ("SqliteStore._write_batch (orchestrator/store/sqlite.py:289)", "hosts", "store append"),
+        ("pack (orchestrator/core/wire.py:593)", "hosts", "store append"),
+        ("Event.__post_init__ (orchestrator/core/events.py:67)", "hosts", "event payloads and ids"),
+        ("diff (orchestrator/core/mutations.py:109)", "hosts", "mutation diff"),
+        ("diff (orchestrator/core/mutations.py:109)", "driver", "client: live views"),
+        ("LiveView._track (actors/live.py:300)", "driver", "client: live views"),
+        ("MutationHub.poll (actors/hub.py:120)", "hosts", "hub and long poll"),
+        ("SessionHost.touch (actors/host.py:308)", "hosts", "host shell"),
+        ("ScriptedModel.stream (orchestrator/models/scripted.py:177)", "hosts", "model (scripted)"),
+        ("add_to_cart (tools/builtin.py:40)", "hosts", "tools"),
+        ("Worker.main_loop (ray/_private/worker.py:1069)", "hosts", "Ray: calls, (de)serialisation"),
+        ("Pickler.dump (ray/cloudpickle/cloudpickle.py:1313)", "hosts", "Ray: calls, (de)serialisation"),
+        ("RayTransport.call (actors/ray_transport.py:43)", "driver", "Ray: calls, (de)serialisation"),
+        ("sleep (asyncio/tasks.py:640)", "hosts", "event loop and threads"),
+        ("Thread.run (threading.py:982)", "hosts", "event loop and threads"),
+        ("shop_session (actors/bench/shop.py:335)", "driver", "bench: sessions, checks, memory"),
+        ("__init__ (<string>:19)", "hosts", None),  # a dataclass's generated code: its caller's
+        ("cast (typing.py:2268)", "hosts", None),
+        ("model_validate (pydantic/main.py:700)", "hosts", None),  # a library: whoever called it
+    ],
+)
+def test_a_frame_belongs_to_its_stage(frame: str, kind: str, stage: str | None) -> None:
+    assert stage_of(frame, kind) == stage
+
+
+def test_a_sample_counts_to_its_innermost_frame_with_a_stage() -> None:
+    raw = [
+        # uvloop's C code under the pump: the runner's
+        "Thread.run (threading.py:982);SessionRunner._drain (orchestrator/run/runner.py:234) 7\n",
+        # a generated __init__ called by the fold: the fold's
+        "SessionRunner._drain (orchestrator/run/runner.py:234);SessionLog.fold (orchestrator/run/log.py:114);"
+        "__init__ (<string>:3) 5\n",
+        # asyncio under the model: the event loop's, the innermost frame with a stage
+        "Steps._run_step (orchestrator/run/steps.py:294);ScriptedModel.stream (orchestrator/models/scripted.py:177);"
+        "sleep (asyncio/tasks.py:640) 3\n",
+        " 2\n",  # a thread with no Python frame, holding the lock
+        "<module> (x.py:1);_find_and_load (<frozen importlib._bootstrap>:1176) 100\n",  # start-up: left out
+        "main (app.py:3);model_validate (pydantic/main.py:700) 1\n",  # nothing of ours: other
+    ]
+    assert stages_of(raw, "hosts") == Counter(
+        {"runner and steps": 7, "fold and reducer": 5, "event loop and threads": 5, "other": 1}
+    )
+
+
+def test_each_kinds_cpu_is_split_by_its_samples() -> None:
+    profiler = Profiler({"driver": [], "hosts": [], "supervisor": []})
+    profiler.samples = {
+        "hosts": Counter({"runner and steps": 3, "store append": 1}),
+        "driver": Counter({"client: live views": 1, "Ray: calls, (de)serialisation": 1}),
+        "supervisor": Counter(),  # idle: never held the lock while sampled
+    }
+    table = profiler.table({"hosts": 20.0, "driver": 4.0, "supervisor": 0.3, "ray": 0.5, "other": 0.1})
+    assert table["runner and steps"] == {"hosts": 15.0}
+    assert table["store append"] == {"hosts": 5.0}
+    assert table["client: live views"] == {"driver": 2.0}
+    # Ray's own processes are not sampled: their CPU is Ray's row
+    assert table["Ray: calls, (de)serialisation"] == {"driver": 2.0, "ray": pytest.approx(0.6)}
+    assert table["other"] == {"supervisor": 0.3}  # its CPU stays in the whole
+    printed = format_profile(100, table, 24.9)
+    assert "runner and steps" in printed.splitlines()[2]  # the biggest first
+    assert printed.splitlines()[-1].split()[-1] == "24.9"
+
+
+def test_a_process_py_spy_cannot_sample_is_a_clear_error() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(10)
+    profiler = Profiler({"hosts": [gone.pid]})
+    profiler.start()
+    with pytest.raises(UsageError, match="py-spy wrote no samples; attaching needs root"):
+        profiler.stop(timeout=30)
+
+
+def test_py_spy_is_a_kind_of_its_own() -> None:
+    # its CPU is left out of the profiled run's rows, not counted as Ray's
+    assert process_kind("py-spy", ["/venv/bin/py-spy", "record", "--pid", "1"]) == "profiler"
+    assert process_kind("raylet", ["/venv/lib/ray/core/src/ray/raylet/raylet"]) == "ray"
+    assert process_kind("python", ["ray::SessionHost.poll"]) == "hosts"

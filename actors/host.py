@@ -27,7 +27,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -36,10 +36,11 @@ from actors.boot import BootTimes
 from actors.cluster import Cluster
 from actors.directory import HostDirectory
 from actors.errors import SessionMoved
+from actors.host_options import HostOptions
 from actors.hub import MutationHub
 from actors.idle_checks import EARLY, IdleChecks
 from actors.logs import default_logging
-from actors.memory import TRIM_EVERY, TrimSchedule, memory_report
+from actors.memory import TrimSchedule, memory_report
 from actors.registry import AgentRegistry
 from actors.schedules import MCP_RESTART
 from actors.subagents import SubAgents
@@ -52,7 +53,7 @@ from orchestrator.core.mutations import diff
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
 from orchestrator.run.gc_tuning import tune_gc
 from orchestrator.run.log import Applied
-from orchestrator.run.pacing import DEFAULT_BUDGET, FIRST_FLUSH, NESTED_DELAY, StreamPacer
+from orchestrator.run.pacing import StreamPacer
 from orchestrator.run.runner import SessionRunner
 from orchestrator.run.turn_commands import steer_turn, stop_turn
 from orchestrator.store import open_store
@@ -72,47 +73,8 @@ TURN_WAIT_LIMIT = 24 * 3600.0
 """Seconds a host waits on one turn's end for a client (``Turn.finished``)."""
 
 
-ClusterFactory = Callable[[str, "HostOptions"], Cluster]
+ClusterFactory = Callable[[str, HostOptions], Cluster]
 """Builds a host's cluster from its name and options (in the host's process: Ray re-runs it on a restart)."""
-
-
-@dataclass(frozen=True, slots=True)
-class HostOptions:
-    """How a host runs its sessions (shipped to the actor when it is created)."""
-
-    store: str
-    """The event store URL every host shares."""
-    namespace: str
-    """The Ray namespace."""
-    placement: str = "pooled"
-    """``pooled`` or ``dedicated``."""
-    idle_timeout: float = 300.0
-    """Seconds of quiet before a session deactivates."""
-    flush_interval: float = FIRST_FLUSH
-    """Seconds a step's first stream part may wait before its batch is written (0: none, queued with the part)."""
-    flush_every: float = 0.02
-    """Seconds between the later stream batches of a step (at least; see ``flush_budget``)."""
-    flush_parts: int = 256
-    """Parts that force a flush."""
-    flush_budget: float = DEFAULT_BUDGET
-    """Stream writes per second the host's streaming steps share (``orchestrator.run.pacing``)."""
-    nested_delay: float = NESTED_DELAY
-    """Seconds a sub-agent's batch may wait for others to share the parent's write."""
-    poll_linger: float = 0.002
-    """How long a long poll lingers after the first mutation, to gather a burst."""
-    interest_seconds: float = 30.0
-    """Seconds a poller not seen still counts as following (``MutationHub``): past that, a session's
-    appends are no longer kept for it, and it re-reads the snapshot when it comes back."""
-    sqlite_writer: str = "inline"
-    """How a host writes a SQLite store: ``thread`` (a writer thread) or ``inline`` (on its loop)."""
-    switch_interval: float = 0.001
-    """Seconds the host's event loop may hold the interpreter lock while Ray's task thread waits for it
-    (``sys.setswitchinterval``; Python's default is 0.005). Every call into the host passes through that
-    thread: under load, at 5 ms a call could wait several of those slices before it reached the loop."""
-    trim_every: float = TRIM_EVERY
-    """Seconds between two ``malloc_trim`` calls after deactivations (negative: never; ``actors.memory``)."""
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Options for tests (e.g. the host list in pooled mode)."""
 
 
 @dataclass(slots=True)
@@ -145,7 +107,7 @@ class SessionHost:
         self.options = options
         mcp_connections.configure(MCP_RESTART.delay)  # this host's MCP servers restart on its schedule
         self.cluster = cluster(name, options)
-        self.store = store if store is not None else open_store(_with_writer(options.store, options.sqlite_writer))
+        self.store = store if store is not None else open_store(options.store_url())
         self.registry = AgentRegistry(self.store, self.cluster.codec)
         self.hub = MutationHub(linger=options.poll_linger, interest_seconds=options.interest_seconds)
         self.pacer = StreamPacer(options.flush_budget)
@@ -584,14 +546,6 @@ class SessionHost:
         await mcp_connections.close_connections()  # its MCP servers' processes and HTTP sessions
         await self.directory.close()
         await self.store.close()
-
-
-def _with_writer(url: str, writer: str) -> str:
-    """The store URL with the host's SQLite writer (``thread`` is the store's own default)."""
-    path, mark, query = url.partition("?")
-    if not url.startswith("sqlite:") or writer == "thread" or any(p.startswith("writer=") for p in query.split("&")):
-        return url  # a URL that names its writer keeps it
-    return f"{path}?{query}&writer={writer}" if mark and query else f"{path}?writer={writer}"
 
 
 def _portable(error: BaseException) -> BaseException:

@@ -16,7 +16,8 @@ from collections.abc import Awaitable
 from typing import Any
 
 from actors.base import BaseRuntime
-from actors.host import HostOptions, SessionHost
+from actors.host import SessionHost
+from actors.host_options import HostOptions
 from actors.subagents import HostChildren, SubAgents
 from actors.transport import LocalTransport
 from orchestrator.run.agent import Agent

@@ -18,7 +18,7 @@ import ray
 from ray import cloudpickle
 
 from actors.children import RayChildren
-from actors.host import HostOptions
+from actors.host_options import HostOptions
 from actors.registry import AgentCodec
 from actors.router import Router
 from actors.subagents import SubAgents

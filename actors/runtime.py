@@ -39,7 +39,8 @@ import structlog
 from actors.base import BaseRuntime
 from actors.client import Session
 from actors.dedicated import DedicatedLimits, default_max_actors
-from actors.host import HostOptions, SessionHost
+from actors.host import SessionHost
+from actors.host_options import HostOptions
 from actors.memory import TRIM_EVERY
 from actors.options import (
     ACTOR_ERRORS,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.host import _with_writer
+from actors.host_options import with_writer
 from orchestrator.core.errors import UsageError
 from orchestrator.core.events import Event
 from orchestrator.store import SqliteStore, open_store
@@ -57,8 +57,8 @@ def test_a_bad_setting_names_the_choices(tmp_path: Path) -> None:
 
 
 def test_the_hosts_inline_writer_keeps_the_urls_other_options() -> None:
-    assert _with_writer("sqlite:///x.db", "inline") == "sqlite:///x.db?writer=inline"
-    assert _with_writer("sqlite:///x.db?synchronous=full", "inline") == "sqlite:///x.db?synchronous=full&writer=inline"
-    assert _with_writer("sqlite:///x.db?writer=thread", "inline") == "sqlite:///x.db?writer=thread"
-    assert _with_writer("sqlite:///x.db?synchronous=full", "thread") == "sqlite:///x.db?synchronous=full"
-    assert _with_writer("postgresql://h/db", "inline") == "postgresql://h/db"
+    assert with_writer("sqlite:///x.db", "inline") == "sqlite:///x.db?writer=inline"
+    assert with_writer("sqlite:///x.db?synchronous=full", "inline") == "sqlite:///x.db?synchronous=full&writer=inline"
+    assert with_writer("sqlite:///x.db?writer=thread", "inline") == "sqlite:///x.db?writer=thread"
+    assert with_writer("sqlite:///x.db?synchronous=full", "thread") == "sqlite:///x.db?synchronous=full"
+    assert with_writer("postgresql://h/db", "inline") == "postgresql://h/db"

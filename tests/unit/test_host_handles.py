@@ -19,7 +19,8 @@ import pytest
 import ray
 
 from actors import options as actor_options
-from actors.host import HostOptions, SessionHost
+from actors.host import SessionHost
+from actors.host_options import HostOptions
 from actors.local import InProcessCluster
 from actors.ray_cluster import RayCluster
 from orchestrator.run.children import ChildRequest, ChildResult

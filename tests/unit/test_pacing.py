@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from actors.host import HostOptions
+from actors.host_options import HostOptions
 from orchestrator.core import event_types as ai
 from orchestrator.core.aistate import AIState
 from orchestrator.core.commands import SendInput, StopTurn

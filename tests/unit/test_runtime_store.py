@@ -53,7 +53,8 @@ def test_a_spare_worker_count_that_is_not_a_whole_number_is_refused_when_the_run
 
 
 def test_the_hosts_keep_mutations_for_a_poller_as_long_as_the_runtime_says() -> None:
-    from actors.host import HostOptions, SessionHost
+    from actors.host import SessionHost
+    from actors.host_options import HostOptions
     from actors.local import InProcessCluster
 
     options = HostOptions(store="memory://", namespace="n", interest_seconds=1.5, extra={"local": True})

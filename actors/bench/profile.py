@@ -27,12 +27,13 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
 from orchestrator.core.errors import UsageError
 
-__all__ = ["STAGES", "Profiler", "format_profile", "stage_of", "stages_of"]
+__all__ = ["STAGES", "Profile", "Profiler", "format_profile", "stage_of", "stages_of"]
 
 STAGES: Final[tuple[tuple[str, str], ...]] = (
     ("bench: sessions, checks, memory", r"actors/bench/"),
@@ -100,13 +101,24 @@ def stages_of(raw: Iterable[str], kind: str) -> Counter[str]:
         if not count.isdigit() or "importlib" in stack:
             continue
         frames = stack.split(";")
-        found = "event loop and threads" if frames == [""] else None
-        for frame in reversed(frames if found is None else []):
-            found = stage_of(frame, kind)
-            if found is not None:
-                break
+        if frames == [""]:
+            found: str | None = "event loop and threads"
+        else:
+            found = next((s for s in (stage_of(f, kind) for f in reversed(frames)) if s is not None), None)
         out[found or "other"] += int(count)
     return out
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One profiled run: where its CPU went, and its CPU with and without py-spy's own."""
+
+    stages: dict[str, dict[str, float]]
+    """CPU µs per chunk by stage, then process kind (``Profiler.table``)."""
+    chunk_us: float
+    """The run's CPU µs per chunk, py-spy's own left out."""
+    spy_us: float
+    """py-spy's own CPU µs per chunk."""
 
 
 class Profiler:
@@ -203,16 +215,13 @@ class Profiler:
         return out
 
 
-def format_profile(n: int, table: Mapping[str, Mapping[str, float]], chunk_us: float, spy_us: float = 0.0) -> str:
-    """The profile as the README shows it: µs per chunk by stage and process kind, biggest first.
-
-    ``chunk_us``: the profiled run's CPU µs per chunk without py-spy's own, ``spy_us``.
-    """
+def format_profile(n: int, profile: Profile) -> str:
+    """The profile as the README shows it: µs per chunk by stage and process kind, biggest first."""
     kinds = ("hosts", "driver", "supervisor", "ray")
-    rows = sorted(table.items(), key=lambda item: -sum(item[1].values()))
+    rows = sorted(profile.stages.items(), key=lambda item: -sum(item[1].values()))
     lines = [
-        f"N={n}, one more run under py-spy --gil: {chunk_us:.1f} CPU µs per text chunk (py-spy's own "
-        f"{spy_us:.1f} left out), by stage and process:",
+        f"N={n}, one more run under py-spy --gil: {profile.chunk_us:.1f} CPU µs per text chunk (py-spy's own "
+        f"{profile.spy_us:.1f} left out), by stage and process:",
         f"{'stage':34} " + " ".join(f"{k:>10}" for k in kinds) + f" {'all':>8}",
     ]
     totals = dict.fromkeys(kinds, 0.0)

@@ -38,7 +38,7 @@ from typing import Any
 
 import psutil
 
-from actors.bench.profile import Profiler
+from actors.bench.profile import Profile, Profiler
 from actors.client import LiveView, Session
 from actors.runtime import Runtime
 from orchestrator.core.parts import AgentMessage, TextPart, ToolPart
@@ -175,12 +175,8 @@ class ShopFigures:
 
     sessions: int
     runs: list[ShopRun] = field(default_factory=list)
-    profile: dict[str, dict[str, float]] = field(default_factory=dict)
-    """``--profile``: CPU µs per chunk by stage, then process kind, of one more run (``actors.bench.profile``)."""
-    profile_chunk_us: float = 0.0
-    """The profiled run's CPU µs per chunk, py-spy's own left out (``profile_spy_us``)."""
-    profile_spy_us: float = 0.0
-    """py-spy's own CPU µs per chunk in the profiled run."""
+    profile: Profile | None = None
+    """``--profile``: where one more run's CPU went (``actors.bench.profile``)."""
 
     def median(self, key: str) -> float:
         """The median of one figure over the runs."""
@@ -210,12 +206,13 @@ class ShopFigures:
         out["cpu_split_us"] = self.split()
         out["memory_split_kb"] = self.split("memory_split_kb")
         out["runs"] = [asdict(r) for r in self.runs]
-        if self.profile:
+        if self.profile is not None:
+            stages = self.profile.stages
             out["profile_us_per_chunk"] = {
-                stage: {kind: round(us, 2) for kind, us in by_kind.items()} for stage, by_kind in self.profile.items()
+                stage: {kind: round(us, 2) for kind, us in by_kind.items()} for stage, by_kind in stages.items()
             }
-            out["profile_run_cpu_us_per_chunk"] = self.profile_chunk_us
-            out["profile_py_spy_us_per_chunk"] = self.profile_spy_us
+            out["profile_run_cpu_us_per_chunk"] = self.profile.chunk_us
+            out["profile_py_spy_us_per_chunk"] = self.profile.spy_us
         return out
 
 
@@ -426,9 +423,9 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> 
 async def _profiled_run(rt: Runtime, result: ShopFigures, run: int) -> None:
     """One more run at ``result``'s N under py-spy; its stage table goes into ``result.profile``."""
     await rt.deactivate_idle()
-    pids: dict[str, list[int]] = {"driver": [os.getpid()], "hosts": [], "supervisor": []}
+    pids: dict[str, list[int]] = {"driver": [], "hosts": [], "supervisor": []}
     for proc, kind in MemorySampler._tree():
-        if kind in ("hosts", "supervisor"):
+        if kind in pids:
             pids[kind].append(proc.pid)
     profiler = Profiler(pids)
     profiler.start()
@@ -437,9 +434,8 @@ async def _profiled_run(rt: Runtime, result: ShopFigures, run: int) -> None:
         measured = await _run_once(rt, result.sessions, run, MemorySampler.rss_by_kind())
     finally:
         profiler.stop()
-    result.profile = profiler.table(measured.cpu_split_us)
-    result.profile_spy_us = spy = measured.cpu_split_us.get("profiler", 0.0)
-    result.profile_chunk_us = round(measured.cpu_us_per_chunk - spy, 1)
+    spy = measured.cpu_split_us.get("profiler", 0.0)
+    result.profile = Profile(profiler.table(measured.cpu_split_us), round(measured.cpu_us_per_chunk - spy, 1), spy)
 
 
 async def _store_bytes(store: EventStore) -> int:

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from actors.bench.profile import Profiler, format_profile, stage_of, stages_of
+from actors.bench.profile import Profile, Profiler, format_profile, stage_of, stages_of
 from actors.bench.shop import process_kind
 from orchestrator.core.errors import UsageError
 
@@ -78,7 +78,7 @@ def test_each_kinds_cpu_is_split_by_its_samples() -> None:
     # Ray's own processes are not sampled: their CPU is Ray's row
     assert table["Ray: calls, (de)serialisation"] == {"driver": 2.0, "ray": pytest.approx(0.6)}
     assert table["other"] == {"supervisor": 0.3}  # its CPU stays in the whole
-    printed = format_profile(100, table, 24.9)
+    printed = format_profile(100, Profile(table, 24.9, 12.0))
     assert "runner and steps" in printed.splitlines()[2]  # the biggest first
     assert printed.splitlines()[-1].split()[-1] == "24.9"
 

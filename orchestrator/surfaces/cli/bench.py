@@ -137,10 +137,10 @@ def bench_shop_command(
     counts = parse_sizes(sizes)
     from actors.bench.profile import Profiler, format_profile
     from actors.bench.shop import ShopFigures, ShopRun, bench_shop, format_shop, write_json
+    from orchestrator.surfaces.bench.scratch import scratch_stores
 
     if profile:
         Profiler.executable()  # no py-spy: say so before any run
-    from orchestrator.surfaces.bench.scratch import scratch_stores
 
     console = stdout()
     kinds = store or ["sqlite"]
@@ -194,22 +194,15 @@ def bench_shop_command(
                 for result in ran:
                     into = figures[kind][result.sessions]
                     into.runs.extend(result.runs)
-                    if result.profile:
-                        into.profile, into.profile_chunk_us = result.profile, result.profile_chunk_us
-                        into.profile_spy_us = result.profile_spy_us
+                    if result.profile is not None:
+                        into.profile = result.profile
     for kind in kinds:
         if len(kinds) > 1:
             console.print(f"\nstore: {labels[kind]}", highlight=False)
         console.print(format_shop(list(figures[kind].values())), highlight=False, soft_wrap=True)
         for profiled in figures[kind].values():
-            if profiled.profile:
-                console.print(
-                    format_profile(
-                        profiled.sessions, profiled.profile, profiled.profile_chunk_us, profiled.profile_spy_us
-                    ),
-                    highlight=False,
-                    soft_wrap=True,
-                )
+            if profiled.profile is not None:
+                console.print(format_profile(profiled.sessions, profiled.profile), highlight=False, soft_wrap=True)
     n = counts[-1]
     console.print(
         f"Absolute figures move 2x between machines: compare with a peer as a ratio from one run on one "

@@ -329,9 +329,10 @@ class Runtime(BaseRuntime):
             for handle in hosts:
                 with contextlib.suppress(Exception):
                     ray.kill(handle, no_restart=True)
-            # The supervisor goes last, once the hosts are gone: a report a host sent just before
-            # it stopped would otherwise be retried against a dead supervisor, and Ray prints that
-            # retry on the user's terminal. A dead host's calls die with it.
+            # The supervisor goes last, once the hosts are gone: a host's call to it would otherwise
+            # be retried against a dead supervisor, and Ray prints that retry on the user's
+            # terminal. A dead host's calls die with it; a report is never retried at all
+            # (``Supervisor.report``: one may still be on its way from a host that is going).
             if hosts:
                 await asyncio.wait([asyncio.ensure_future(_gone(h)) for h in hosts], timeout=10)
             with contextlib.suppress(Exception):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Sequence
@@ -238,8 +239,15 @@ class Supervisor:
 
     # -- the directory ---------------------------------------------------------------------------------
 
+    @ray.method(max_task_retries=0)
     async def report(self, host: str, entries: dict[str, str], version: tuple[float, int] = (0.0, 0)) -> None:
-        """A host's current active sessions (replaces what it reported before, unless older)."""
+        """A host's current active sessions (replaces what it reported before, unless older).
+
+        Never retried, unlike the supervisor's other calls: the host's next report supersedes
+        this one, and a restarted supervisor asks every host (``rebuild``). A retry would only
+        bring an old report to a new supervisor, and when the supervisor is stopped with a
+        report on its way Ray prints the retry on the user's terminal.
+        """
         if tuple(version) <= self._versions.get(host, (-1.0, -1)):
             return  # a late report: a newer one already arrived
         self._versions[host] = tuple(version)  # type: ignore[assignment]
@@ -263,6 +271,7 @@ class Supervisor:
             "pool": len(self.pool.free),
             "dedicated": self.pool.stats() if self.placement == "dedicated" else None,
             "started": self.started,  # a restart re-runs __init__: a new time
+            "pid": os.getpid(),
             "spares": {"per_node": self.spares, **self._spares},
         }
 

@@ -1,0 +1,67 @@
+"""A host's reports to the supervisor are never retried: nothing of them reaches the user's terminal.
+
+Ray prints a retried actor call on the driver's stdout (``(raylet) Task Supervisor.report
+failed. There are infinite retries remaining...``). A report on its way when the supervisor is
+stopped (``Runtime.close`` kills it last) printed that line under a user's own output: the
+README's Ray Data example failed on it in CI. A driver of its own, in a child process, holds a
+report in flight for certain: it stops the supervisor's process (SIGSTOP), has the host report a
+change, then kills the supervisor, and prints ``done``; its stdout must hold nothing else.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli_process import REPO, cli_env
+
+DRIVER = """
+import asyncio, os, signal, sys
+import ray
+from orchestrator import Agent, Runtime, ScriptedModel
+
+agent = Agent("echo", "Answer.", ScriptedModel([[{"text": "ok"}]], per_turn=True))
+
+async def main() -> None:
+    rt = Runtime(store=sys.argv[1], ray_options={"_temp_dir": sys.argv[2], "num_cpus": 2})
+    await rt.start()
+    turn = await rt.session("s-1", agent=agent).prompt("hello")
+    assert (await asyncio.wait_for(turn.finished, 60)).success
+    pid = (await asyncio.wait_for(rt.supervisor.info.remote(), 60))["pid"]
+    os.kill(pid, signal.SIGSTOP)  # it takes calls and answers none
+    try:
+        for host in await rt.hosts():
+            await asyncio.wait_for(host.deactivate_idle.remote(), 60)  # a change the host reports
+        await asyncio.sleep(1.0)  # reports go out at most every 0.1 s: this one is on its way
+        ray.kill(rt.supervisor, no_restart=True)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    await asyncio.sleep(3.0)  # Ray's notice of a retry reaches the driver well within this
+    print("done", flush=True)
+    await rt.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_a_report_on_its_way_to_a_stopped_supervisor_prints_nothing(tmp_path: Path) -> None:
+    temp = tempfile.mkdtemp(prefix="troupe-r-", dir="/tmp")  # short: Ray's socket paths live under it
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", DRIVER, f"sqlite:///{tmp_path / 'troupe.db'}", temp],
+            cwd=REPO,
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.splitlines() == ["done"], done.stdout

@@ -14,6 +14,24 @@ from orchestrator.testing import eventually
 REPO = Path(__file__).resolve().parents[2]
 
 
+DRIVER_START = """
+import asyncio, os, signal, sys
+import ray
+from orchestrator import Agent, Runtime, ScriptedModel
+
+agent = Agent("echo", "Answer.", ScriptedModel([[{"text": "ok"}]], per_turn=True))
+
+async def started() -> Runtime:
+    rt = Runtime(store=sys.argv[1], ray_options={"_temp_dir": sys.argv[2], "num_cpus": 2})
+    await rt.start()
+    turn = await rt.session("s-1", agent=agent).prompt("hello")
+    assert (await asyncio.wait_for(turn.finished, 60)).success
+    return rt
+"""
+"""The head of a driver script for ``python -c SCRIPT STORE_URL RAY_TEMP_DIR``: ``started()`` is a
+``Runtime`` on a Ray of its own that has run one turn (a test appends its ``main``)."""
+
+
 def cli_env(**extra: str) -> dict[str, str]:
     """The environment of a CLI process: quiet telemetry, and a Ray of its own."""
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", **extra}

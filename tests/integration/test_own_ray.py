@@ -23,20 +23,13 @@ import psutil
 import pytest
 
 from orchestrator.testing import eventually
-from tests.integration.cli_process import REPO, cli_env
+from tests.integration.cli_process import DRIVER_START, REPO, cli_env
 
-DRIVER = """
-import asyncio, sys
-from orchestrator import Agent, Runtime, ScriptedModel
-
-agent = Agent("echo", "Answer.", ScriptedModel([[{"text": "ok"}]], per_turn=True))
-
+DRIVER = (
+    DRIVER_START
+    + """
 async def main() -> None:
-    rt = Runtime(store=sys.argv[1], ray_options={"_temp_dir": sys.argv[2], "num_cpus": 2})
-    await rt.start()
-    turn = await rt.session("s-1", agent=agent).prompt("hello")
-    assert (await turn.finished).success
-    import ray
+    rt = await started()
 
     @ray.remote
     def preloaded() -> bool:  # defined here, so running it imports nothing of Troupe's
@@ -48,6 +41,7 @@ async def main() -> None:
 
 asyncio.run(main())
 """
+)
 
 
 def processes_of(session: str) -> list[psutil.Process]:

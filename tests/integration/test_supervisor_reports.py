@@ -18,20 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cli_process import REPO, cli_env
+from tests.integration.cli_process import DRIVER_START, REPO, cli_env
 
-DRIVER = """
-import asyncio, os, signal, sys
-import ray
-from orchestrator import Agent, Runtime, ScriptedModel
-
-agent = Agent("echo", "Answer.", ScriptedModel([[{"text": "ok"}]], per_turn=True))
-
+DRIVER = (
+    DRIVER_START
+    + """
 async def main() -> None:
-    rt = Runtime(store=sys.argv[1], ray_options={"_temp_dir": sys.argv[2], "num_cpus": 2})
-    await rt.start()
-    turn = await rt.session("s-1", agent=agent).prompt("hello")
-    assert (await asyncio.wait_for(turn.finished, 60)).success
+    rt = await started()
     pid = (await asyncio.wait_for(rt.supervisor.info.remote(), 60))["pid"]
     os.kill(pid, signal.SIGSTOP)  # it takes calls and answers none
     try:
@@ -47,6 +40,7 @@ async def main() -> None:
 
 asyncio.run(main())
 """
+)
 
 
 @pytest.mark.slow

@@ -16,7 +16,9 @@ Three figures, each end to end on a local Ray with a SQLite store:
   shared) and dedicated (an actor per session, from a warm pool), with a child that says one
   word and finishes; and pooled with a child that keeps streaming (``streaming``: a part every
   5 ms, so the first text is not carried along by the child's end). The first trial of each is
-  reported apart as ``cold`` (it loads the agent on the host).
+  reported apart as ``cold`` (it loads the agent on the host). Its legs, from the two logs' times
+  (``FIRST_PART_LEGS``): the call to the child's host until the child's input is staged, the
+  child's first write and part, and the way back to the parent.
 - **Recovery.** A session streams a part every 5 ms; its host actor is killed (``ray.kill``,
   Ray restarts it). The time from the kill to the first stream part of the restarted step
   being committed, and its legs (``actors.boot``): Ray starting a worker process, the worker's
@@ -73,6 +75,14 @@ WARMUP_PARTS = 20_000
 
 CALL = "d1"
 """The delegate call's id in every parent session (so the child's id is known in advance)."""
+
+FIRST_PART_LEGS: dict[str, str] = {
+    "call": "the call to the child's host, the child activated and its input staged",
+    "child": "the child's first write and its model's first part",
+    "back": "the child's write of it, its batch to the parent and the parent staging it",
+}
+"""The legs of the first nested part, in order, from the two logs' times (``_first_part``): each
+ends where the next begins, so they add up to the whole. Times are the hosts' clocks, one machine."""
 
 
 class Burst:
@@ -170,20 +180,25 @@ async def _nested_rate(rt: Runtime, parts: int) -> dict[str, Any]:
     }
 
 
-async def _first_part_ms(rt: Runtime, agent: Agent, prefix: str) -> float:
+async def _first_part(rt: Runtime, agent: Agent, prefix: str) -> tuple[float, dict[str, float]]:
+    """Milliseconds from the delegate call's start to the parent staging the child's first text, and its legs."""
     hosts = rt.host_names
     session_id = _apart(hosts, f"{prefix}-{uuid.uuid4().hex[:6]}") if hosts else f"{prefix}-{uuid.uuid4().hex[:6]}"
     turn = await rt.session(session_id, agent=agent).prompt("go")
     result = await asyncio.wait_for(turn.finished, 120)
     assert result.success, result
     log = await rt.store.read(session_id)
+    child = await rt.store.read(f"{session_id}/{CALL}")
     started = next(e.at for e in log if e.type == ai.TOOL_STARTED and e.payload.get("callId") == CALL)
+    child_input = next(e.at for e in child if e.type == ai.INPUT)
+    child_text = next(e.at for e in child if e.type == ai.STREAM)
     for i, event in enumerate(log):
         if event.type != ai.NESTED:
             continue
         delegate = _delegate(log[: i + 1])
         if delegate is not None and delegate.agent is not None and delegate.agent.messages[-1].text:
-            return (event.at - started) * 1000
+            legs = {"call": child_input - started, "child": child_text - child_input, "back": event.at - child_text}
+            return (event.at - started) * 1000, {leg: seconds * 1000 for leg, seconds in legs.items()}
     raise AssertionError("the child's first part never reached the parent")
 
 
@@ -196,16 +211,17 @@ async def _first_parts(
 ) -> dict[str, Any]:
     steps = script if script is not None else [[{"text": "hello"}]]
     agent = _parent(Agent("child", "Say hello.", ScriptedModel(steps, per_turn=True)))
-    cold = await _first_part_ms(rt, agent, prefix)
+    cold, _ = await _first_part(rt, agent, prefix)
     warm = []
     for _ in range(trials):
         await asyncio.sleep(pause)  # dedicated: let the warm pool refill, as it would between calls
-        warm.append(await _first_part_ms(rt, agent, prefix))
+        warm.append(await _first_part(rt, agent, prefix))
     return {
         "cold_ms": round(cold, 2),
-        "p50_ms": round(statistics.median(warm), 2),
-        "max_ms": round(max(warm), 2),
+        "p50_ms": round(statistics.median(ms for ms, _ in warm), 2),
+        "max_ms": round(max(ms for ms, _ in warm), 2),
         "trials": trials,
+        "legs_p50_ms": {leg: round(statistics.median(legs[leg] for _, legs in warm), 2) for leg in FIRST_PART_LEGS},
     }
 
 
@@ -327,6 +343,10 @@ def format_actors(result: dict[str, Any]) -> str:
         if target is not None:
             line += f"  target <= {target:g} ms  {mark(row['p50_ms'] <= target)}"
         lines.append(line)
+        legs_ms = row.get("legs_p50_ms")
+        if legs_ms:
+            parts = (f"{FIRST_PART_LEGS[leg]} {legs_ms[leg]:.1f} ms" for leg in FIRST_PART_LEGS if leg in legs_ms)
+            lines.append("  of which, p50: " + ", ".join(parts))
     lines.append(
         f"recovery (host killed -> streaming again): p50 {recovery['p50_s']:.2f} s, max {recovery['max_s']:.2f} s"
         f"  target <= {targets['recovery_s']:g} s  {mark(recovery['max_s'] <= targets['recovery_s'])}"

@@ -101,6 +101,10 @@ def test_troupe_bench_actors(workdir: Path) -> None:
     assert figures["first_nested_part"]["pooled"]["trials"] == 2
     assert figures["first_nested_part"]["streaming"]["trials"] == 2  # a child still streaming after its first text
     assert "pooled, streaming child" in done.stdout
+    for row in figures["first_nested_part"].values():  # the call, the child's first part, the batch back
+        legs_ms = row["legs_p50_ms"]
+        assert list(legs_ms) == ["call", "child", "back"] and all(ms >= 0 for ms in legs_ms.values()), legs_ms
+    assert "the call to the child's host" in done.stdout and "its batch to the parent" in done.stdout
     assert len(figures["recovery"]["runs"]) == 1 and "recovery" in done.stdout
     legs = figures["recovery"]["legs_p50_s"]  # the restarted host's own start-up stages (actors.boot)
     assert list(legs) == ["process", "ray", "imports", "actor", "init", "reactivate", "resume"]

@@ -53,7 +53,8 @@ class HostDirectory:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self._report_task: asyncio.Task[None] | None = None
-        self._reports = 0
+        self.reports = 0
+        """Reports sent to the supervisor so far (each report's version counts them)."""
         self._unreported = False
         """A change the supervisor has not been sent yet."""
         self.log = structlog.get_logger().bind(host=host)
@@ -124,9 +125,9 @@ class HostDirectory:
             if self.closing:
                 return
             self._unreported = False
-            self._reports += 1
+            self.reports += 1
             with contextlib.suppress(Exception):
-                await self.report(self.active(), (self.started, self._reports))
+                await self.report(self.active(), (self.started, self.reports))
 
     async def recover(self, activate: Callable[[str, str], Awaitable[object]]) -> list[str]:
         """``activate`` every session the directory lists (a restart); returns their ids."""

@@ -154,12 +154,17 @@ class SessionHost:
         await asyncio.Event().wait()
 
     async def stats(self) -> dict[str, Any]:
-        """Active sessions, what the host still holds (``held``), the ``calls`` batches it took, its memory."""
+        """Active sessions, what the host holds, the batches it took, its memory, its reports sent.
+
+        ``held``: what the host still holds; ``batches``/``batched``: the ``calls`` batches it took;
+        ``reports``: the reports of its active sessions it sent the supervisor.
+        """
         return {
             "name": self.name,
             **self.held(),
             "batches": self.batches,
             "batched": self.batched,
+            "reports": self.directory.reports,
             "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             "switch_interval": sys.getswitchinterval(),
         }

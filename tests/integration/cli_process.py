@@ -18,6 +18,7 @@ DRIVER_START = """
 import asyncio, os, signal, sys
 import ray
 from orchestrator import Agent, Runtime, ScriptedModel
+from orchestrator.testing import eventually
 
 agent = Agent("echo", "Answer.", ScriptedModel([[{"text": "ok"}]], per_turn=True))
 

@@ -25,12 +25,27 @@ DRIVER = (
     + """
 async def main() -> None:
     rt = await started()
+    hosts = await rt.hosts()
+
+    async def reports() -> int:
+        return sum([(await asyncio.wait_for(h.stats.remote(), 60))["reports"] for h in hosts])
+
+    async def listed() -> object:  # the session's activation reported: no report of it still to come
+        return await asyncio.wait_for(rt.supervisor.where.remote("s-1"), 60)
+
+    await eventually(listed, 60, what="the supervisor's entry for s-1")
+    before = await reports()
+
+    async def reported() -> bool:
+        return await reports() > before
+
     pid = (await asyncio.wait_for(rt.supervisor.info.remote(), 60))["pid"]
     os.kill(pid, signal.SIGSTOP)  # it takes calls and answers none
     try:
-        for host in await rt.hosts():
+        for host in hosts:
             await asyncio.wait_for(host.deactivate_idle.remote(), 60)  # a change the host reports
-        await asyncio.sleep(1.0)  # reports go out at most every 0.1 s: this one is on its way
+        # Counted as the report is sent (in the same step of the host's loop): it is on its way.
+        await eventually(reported, 60, what="the host's report of the change")
         ray.kill(rt.supervisor, no_restart=True)
     finally:
         os.kill(pid, signal.SIGCONT)

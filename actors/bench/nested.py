@@ -18,7 +18,9 @@ Three figures, each end to end on a local Ray with a SQLite store:
   5 ms, so the first text is not carried along by the child's end). The first trial of each is
   reported apart as ``cold`` (it loads the agent on the host). Its legs, from the two logs' times
   (``FIRST_PART_LEGS``): the call to the child's host until the child's input is staged, the
-  child's first write and part, and the way back to the parent.
+  child's first write and part, and the way back to the parent. Beside them, Ray's own one-way
+  call between two plain async actors (``actors.bench.ray_call``): the first and the last leg
+  each hold one such call.
 - **Recovery.** A session streams a part every 5 ms; its host actor is killed (``ray.kill``,
   Ray restarts it). The time from the kill to the first stream part of the restarted step
   being committed, and its legs (``actors.boot``): Ray starting a worker process, the worker's
@@ -40,6 +42,7 @@ from typing import Any
 import ray
 
 from actors.bench.local_ray import start_local_ray
+from actors.bench.ray_call import IDLE_PAUSE, ray_call_ms
 from actors.boot import LEGS, recovery_legs
 from actors.router import rendezvous
 from actors.runtime import Runtime
@@ -293,6 +296,8 @@ async def bench_actors(
             first_dedicated = await _first_parts(dedicated, trials, "dedicated", pause=1.0)
         finally:
             await dedicated.close()
+        # Last: its two actors take worker processes, the spares a recovery (and the dedicated pool) would use.
+        ray_call = await ray_call_ms()
     finally:
         if started:
             ray.shutdown()
@@ -300,6 +305,7 @@ async def bench_actors(
     return {
         "nested": rate,
         "first_nested_part": {"pooled": first_pooled, "streaming": first_streaming, "dedicated": first_dedicated},
+        "ray_call": ray_call,
         "recovery": {
             "p50_s": round(statistics.median(recovery), 3),
             "max_s": round(max(recovery), 3),
@@ -347,6 +353,13 @@ def format_actors(result: dict[str, Any]) -> str:
         if legs_ms:
             parts = (f"{FIRST_PART_LEGS[leg]} {legs_ms[leg]:.1f} ms" for leg in FIRST_PART_LEGS if leg in legs_ms)
             lines.append("  of which, p50: " + ", ".join(parts))
+    ray_call = result.get("ray_call")
+    if ray_call:
+        lines.append(
+            f"Ray's own call between two async actors, one way (no Troupe; a first nested part across hosts "
+            f"makes two): p50 {ray_call['idle_p50_ms']:.1f} ms after {IDLE_PAUSE * 1000:g} ms idle, "
+            f"{ray_call['busy_p50_ms']:.1f} ms back to back ({ray_call['calls']} calls each)"
+        )
     lines.append(
         f"recovery (host killed -> streaming again): p50 {recovery['p50_s']:.2f} s, max {recovery['max_s']:.2f} s"
         f"  target <= {targets['recovery_s']:g} s  {mark(recovery['max_s'] <= targets['recovery_s'])}"

@@ -105,6 +105,9 @@ def test_troupe_bench_actors(workdir: Path) -> None:
         legs_ms = row["legs_p50_ms"]
         assert list(legs_ms) == ["call", "child", "back"] and all(ms >= 0 for ms in legs_ms.values()), legs_ms
     assert "the call to the child's host" in done.stdout and "its batch to the parent" in done.stdout
+    ray_call = figures["ray_call"]  # Ray's own one-way call between two plain actors: the floor beside them
+    assert ray_call["calls"] == 30 and ray_call["idle_p50_ms"] > 0 and ray_call["busy_p50_ms"] > 0, ray_call
+    assert "Ray's own call between two async actors" in done.stdout
     assert len(figures["recovery"]["runs"]) == 1 and "recovery" in done.stdout
     legs = figures["recovery"]["legs_p50_s"]  # the restarted host's own start-up stages (actors.boot)
     assert list(legs) == ["process", "ray", "imports", "actor", "init", "reactivate", "resume"]

@@ -90,3 +90,14 @@ def test_a_figure_over_its_target_is_marked_missed() -> None:
     report = format_actors(_result(rate=163_000, pooled_ms=11.8, dedicated_ms=68.5, recovery_max_s=1.75))
     for start in ("nested parts/s", "first nested part, pooled  ", "first nested part, dedicated", "recovery"):
         assert _line(report, start).endswith("MISSED"), start
+
+
+def test_rays_own_call_is_printed_beside_the_first_nested_parts_when_measured() -> None:
+    result = _result(rate=268_000, pooled_ms=5.7, dedicated_ms=26.8, recovery_max_s=0.45)
+    assert "Ray's own call" not in format_actors(result)  # a result from before it was measured
+    result["ray_call"] = {"idle_p50_ms": 1.96, "busy_p50_ms": 0.81, "calls": 30}
+    lines = format_actors(result).splitlines()
+    line = _line("\n".join(lines), "Ray's own call between two async actors, one way")
+    assert line.endswith("p50 2.0 ms after 10 ms idle, 0.8 ms back to back (30 calls each)")
+    assert "a first nested part across hosts makes two" in line
+    assert lines.index(line) < lines.index(_line("\n".join(lines), "recovery"))  # after the first nested parts

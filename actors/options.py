@@ -161,6 +161,19 @@ def _named_actor(
     return actor_class(cls).options(**options)
 
 
+def probe_actor(cls: type, *, node_id: str) -> Any:
+    """An unnamed actor class made as a host's is (concurrency, no task events), pinned to ``node_id``.
+
+    For measuring Ray's own calls beside Troupe's (``actors.bench.ray_call``).
+    """
+    return actor_class(cls).options(
+        num_cpus=0,
+        max_concurrency=HOST_CONCURRENCY,
+        enable_task_events=False,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    )
+
+
 @functools.cache
 def actor_class(cls: type) -> Any:
     """``ray.remote(cls)``, made once per class in a process.

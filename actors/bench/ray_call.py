@@ -17,13 +17,14 @@ from typing import Any
 
 import ray
 
+from actors.options import probe_actor
+
 __all__ = ["IDLE_PAUSE", "ray_call_ms"]
 
 IDLE_PAUSE = 0.01
 """Seconds of quiet before each idle call: a first nested part's hosts are quiet for longer."""
 
 
-@ray.remote(num_cpus=0)
 class _Echo:
     async def ready(self) -> bool:
         return True
@@ -32,7 +33,6 @@ class _Echo:
         return time.time() - sent  # one machine, one clock: the call's way in, to the method's start
 
 
-@ray.remote(num_cpus=0)
 class _Caller:
     def __init__(self, echo: Any) -> None:
         self.echo = echo
@@ -52,10 +52,13 @@ class _Caller:
 async def ray_call_ms(calls: int = 30) -> dict[str, float]:
     """One-way call latency between two new async actors, p50 in ms: ``idle`` and ``busy`` (back to back).
 
-    Needs a running Ray; the two actors are killed afterwards.
+    Needs a running Ray; the two actors are killed afterwards. They are made as hosts are
+    (``actors.options.probe_actor``), both on this process's node: on a cluster, one clock for the
+    two times, and no network in the figure.
     """
-    echo = _Echo.remote()  # type: ignore[attr-defined]
-    caller = _Caller.remote(echo)  # type: ignore[attr-defined]
+    node: str = ray.get_runtime_context().get_node_id()
+    echo = probe_actor(_Echo, node_id=node).remote()
+    caller = probe_actor(_Caller, node_id=node).remote(echo)
     try:
         await asyncio.wait_for(asyncio.gather(echo.ready.remote(), caller.ready.remote()), 60)
         await asyncio.wait_for(caller.one_way.remote(5, 0.0), 60)  # both warm: first calls set up the channel

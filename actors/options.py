@@ -146,32 +146,38 @@ def _named_actor(
         "namespace": namespace,
         "max_restarts": -1,
         "max_task_retries": max_task_retries,
+        "get_if_exists": get_if_exists,
+        **_served(node_id),
+    }
+    if detached:
+        options["lifetime"] = "detached"
+    return actor_class(cls).options(**options)
+
+
+def _served(node_id: str | None) -> dict[str, Any]:
+    """The options of an actor that serves calls as a host does.
+
+    CPU-less, a high async concurrency, no task events, and pinned to ``node_id`` (unless ``None``).
+    """
+    options: dict[str, Any] = {
         "max_concurrency": HOST_CONCURRENCY,
         "num_cpus": 0,
-        "get_if_exists": get_if_exists,
         # No per-call task events (as Ray Serve does for its replicas): the GCS would keep a
         # record of every poll, command and batch, growing with traffic.
         "enable_task_events": False,
     }
-    if detached:
-        options["lifetime"] = "detached"
     if node_id is not None:
         # Pinned to its node: a soft affinity was not reliably honoured at creation.
         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
-    return actor_class(cls).options(**options)
+    return options
 
 
 def probe_actor(cls: type, *, node_id: str) -> Any:
-    """An unnamed actor class made as a host's is (concurrency, no task events), pinned to ``node_id``.
+    """An unnamed actor class made as a host's is (``_served``), pinned to ``node_id``.
 
     For measuring Ray's own calls beside Troupe's (``actors.bench.ray_call``).
     """
-    return actor_class(cls).options(
-        num_cpus=0,
-        max_concurrency=HOST_CONCURRENCY,
-        enable_task_events=False,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-    )
+    return actor_class(cls).options(**_served(node_id))
 
 
 @functools.cache

@@ -4,8 +4,8 @@ A first nested part across hosts is two such one-way calls (the parent's host as
 host to run it; the child's host sends its first batch back) plus Troupe's own work. On a 2-vCPU
 VM the call's latency depends on how long the actors were idle before it (their threads sleep,
 and waking them takes time): back to back it measured 0.8-1.4 ms one way, after 10 ms of quiet
-1.0-2.0 ms (six runs, one session). ``bench actors`` prints both beside its first nested parts, so a figure can be read
-against what Ray alone costs on the machine that measured it.
+1.0-2.0 ms (six runs, one session). ``bench actors`` prints both beside its first nested parts,
+so a figure can be read against what Ray alone costs on the machine that measured it.
 """
 
 from __future__ import annotations

@@ -319,7 +319,7 @@ class SessionHost:
         if hosted.idle_due is not None:
             self.idle_checks.dropped()
         log_ = hosted.runner.log
-        if log_.index - log_._snapshot_index >= log_.snapshot_every // 2:
+        if log_.index - log_._snapshot_index >= log_.snapshot_gap() // 2:
             # Only a long tail is worth a snapshot: up to 128 events replay in a few milliseconds,
             # and a snapshot costs several KB of store (about a third of a short session).
             with contextlib.suppress(Exception):

@@ -11,6 +11,7 @@ tail. Old versions stay valid and unchanged.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from typing import Any, Generic, TypeVar, overload
 
 T = TypeVar("T")
@@ -110,12 +111,10 @@ class PVec(Sequence[T], Generic[T]):
             yield at(i)
 
     def __iter__(self) -> Iterator[T]:
-        offset = self._tail_offset()
-        for i in range(0, offset, _WIDTH):
-            yield from self._trie_leaf(i)
-        yield from self._tail
-        if self._size:
-            yield self._last
+        # Leaf by leaf, chained in C: a generator resumed once per item cost ~0.2 µs an item, and
+        # a model step lists the whole conversation (``prompt_messages``) once per request.
+        leaves = map(self._trie_leaf, range(0, self._tail_offset(), _WIDTH))
+        return chain(chain.from_iterable(leaves), self._tail, (self._last,) if self._size else ())
 
     def __reversed__(self) -> Iterator[T]:
         at = self.at

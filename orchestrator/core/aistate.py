@@ -129,6 +129,9 @@ class ActiveTurn:
     """The phase it was in when paused, to resume into."""
     interrupted: bool = False
     """Pause now cut its work; steering that targets it hands off instead of resuming that work."""
+    calls: tuple[str, ...] = ()
+    """The calls whose records it made, in order (the only ones its end may cancel: ``tools``
+    keeps every call of the session)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from itertools import islice
 
 from orchestrator.core._json import JsonValue
 from orchestrator.core.aistate import AIState
@@ -86,13 +87,17 @@ def summary_message(summary: str) -> AgentMessage:
     )
 
 
-def prompt_messages(state: AIState) -> list[AgentMessage]:
-    """What the model is sent: the summary (if any) plus the messages after what it covers."""
-    messages = list(state.messages)
+def prompt_messages(state: AIState) -> Sequence[AgentMessage]:
+    """What the model is sent: the summary (if any) plus the messages after what it covers.
+
+    Without a summary, the conversation itself (an immutable vector): a copy per model step
+    grew with the conversation, ~0.2 ms a step at 3,500 messages, for adapters that only read it.
+    """
+    messages = state.messages
     compaction = state.compaction
     if compaction is None or compaction.status != "completed" or not compaction.summary:
         return messages
-    return [summary_message(compaction.summary), *messages[compaction.through :]]
+    return [summary_message(compaction.summary), *islice(messages, compaction.through, None)]
 
 
 def compaction_cut(state: AIState) -> int:

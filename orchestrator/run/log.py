@@ -24,9 +24,12 @@ from orchestrator.core.snapshot import decode_state, encode_state, snapshot_key
 from orchestrator.store.base import EventStore, LogLoader
 from orchestrator.store.base import Snapshot as StoredSnapshot
 
-__all__ = ["Applied", "SessionLog", "Snapshot"]
+__all__ = ["SNAPSHOT_FRACTION", "Applied", "SessionLog", "Snapshot"]
 
 S = TypeVar("S")
+
+SNAPSHOT_FRACTION = 8
+"""A long log is snapshotted again after an eighth of its length (``SessionLog.snapshot_gap``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,17 @@ class SessionLog:
         self.index = events[-1].index if events else index
         self._snapshot_index = index
 
+    def snapshot_gap(self) -> int:
+        """How far the log runs past its last snapshot before the next is taken.
+
+        ``snapshot_every`` events, or a ``SNAPSHOT_FRACTION`` of the log once that is more. A
+        snapshot encodes the whole state, which grows with the conversation (a record per tool
+        call, every message): at a fixed interval a long session would pay more per event the
+        longer it got (``troupe bench long``). Spaced by a fraction of the log, its cost per event
+        stays flat, and opening the session folds at most that fraction after the snapshot.
+        """
+        return max(self.snapshot_every, self.index // SNAPSHOT_FRACTION)
+
     def snapshot(self) -> Snapshot:
         """The current state and the index it reflects."""
         return Snapshot(self.state, self.index)
@@ -132,7 +146,7 @@ class SessionLog:
             return result
         self.state = applied[-1].state
         self.index = result.last_index
-        if self.index - self._snapshot_index >= self.snapshot_every:
+        if self.index - self._snapshot_index >= self.snapshot_gap():
             await self.save_snapshot()
         return result
 

@@ -339,7 +339,7 @@ class Steps:
         active = state.active
         if active is None or active.id != effect.turn_id:
             return False
-        messages = prompt_messages(state)
+        messages = list(prompt_messages(state))  # a list, as the hooks have always been given
         estimate = calibrate(estimate_tokens(messages, instructions, specs), state, model.name)
         cut = compaction_cut(state)
         covered = (

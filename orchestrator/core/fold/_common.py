@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
 from orchestrator.core.actions import ApplyPart, SessionAction
-from orchestrator.core.aistate import ActiveTurn, AIState, CompactionState, ToolRecord, changed
+from orchestrator.core.aistate import ActiveTurn, AIState, CompactionState, Interaction, ToolRecord, changed
 from orchestrator.core.events import Event
 from orchestrator.core.reducer import apply_within, session_reducer
 from orchestrator.core.state import SessionState
@@ -98,16 +98,22 @@ def _end_turn(
 ) -> tuple[AIState, list[SessionAction]]:
     """Close the active turn: its unanswered approvals close and unfinished calls end."""
     closed = list(actions)
-    interactions = dict(state.interactions)
-    tools = dict(state.tools)
+    # Copied only when something changes: the maps keep every call and approval of the session,
+    # and most turns end with all of theirs final (a copy per turn grew with the conversation).
+    interactions: dict[str, Interaction] | None = None
+    tools: dict[str, ToolRecord] | None = None
     for key, interaction in state.interactions.items():
-        if interaction.status == "pending" and tools.get(interaction.call_id, None) is not None:
-            record = tools[interaction.call_id]
+        if interaction.status == "pending" and state.tools.get(interaction.call_id, None) is not None:
+            record = state.tools[interaction.call_id]
             if record.turn_id == turn_id:
+                if interactions is None:
+                    interactions = dict(state.interactions)
                 interactions[key] = changed(interaction, status="closed")
                 closed.append(ApplyPart(ToolFailure(interaction.call_id, CLOSED, "cancelled")))
-    for call_id, record in state.tools.items():
+    for call_id, record in _turn_records(state, turn_id):
         if record.turn_id == turn_id and not record.final:
+            if tools is None:
+                tools = dict(state.tools)
             tools[call_id] = changed(record, status="cancelled")
     active = state.active
     steps = state.session_steps
@@ -124,10 +130,19 @@ def _end_turn(
         active=None,
         compaction=compaction,
         last_turn=(turn_id, outcome),
-        interactions=interactions,
-        tools=tools,
+        interactions=state.interactions if interactions is None else interactions,
+        tools=state.tools if tools is None else tools,
         session_steps=steps,
     )
+
+
+def _turn_records(state: AIState, turn_id: str) -> Iterable[tuple[str, ToolRecord]]:
+    """The tool records ``turn_id`` made: the active turn's own list, not a walk over the session's."""
+    active = state.active
+    if active is None or active.id != turn_id:
+        return state.tools.items()  # not the active turn: every record (the caller filters by turn)
+    tools = state.tools
+    return [(call_id, tools[call_id]) for call_id in active.calls if call_id in tools]
 
 
 def _interrupted(compaction: CompactionState, active: ActiveTurn | None) -> CompactionUpdate:

@@ -160,17 +160,20 @@ def _on_step_finished(state: AIState, p: StepFinished) -> tuple[AIState, list[Se
     active = state.active
     if step is None or active is None:
         return state, []
-    tools = dict(state.tools)
+    made: dict[str, ToolRecord] = {}
     for call_id, name in p.tool_calls:
-        tools.setdefault(call_id, ToolRecord(call_id, name, active.id))
+        if call_id not in state.tools and call_id not in made:  # a call id seen before keeps its record
+            made[call_id] = ToolRecord(call_id, name, active.id)
+    tools = {**state.tools, **made} if made else state.tools
     finished = changed(
         step, status="finished", finish_reason=p.finish_reason, tool_calls=tuple(c for c, _ in p.tool_calls)
     )
     usage = _add_usage(state.usage, p.usage, step.model, p.estimate)
     phase = "tools" if p.tool_calls else active.phase
+    calls = (*active.calls, *made) if made else active.calls
     return (
         state.with_(
-            active=changed(active, step=finished, steps=active.steps + 1, phase=phase),
+            active=changed(active, step=finished, steps=active.steps + 1, phase=phase, calls=calls),
             tools=tools,
             usage=usage,
             session_steps=state.session_steps + 1,

@@ -1,0 +1,140 @@
+"""What a long conversation costs per turn must not grow with it: the pieces that used to.
+
+These pin the behaviour each change kept: a turn's end looks only at the calls it made, snapshots follow the
+same encoding and are spaced by a fraction of the log, and a model step is handed the
+conversation without a copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import namedtuple
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from orchestrator.core import event_types as ai
+from orchestrator.core.aistate import AIState, CompactionState
+from orchestrator.core.events import Event
+from orchestrator.core.fold import fold_events
+from orchestrator.core.snapshot import _encode, decode_state, encode_state
+from orchestrator.run.compaction import prompt_messages
+from orchestrator.run.log import SNAPSHOT_FRACTION, SessionLog
+from orchestrator.store import open_store
+
+
+def _turn(n: int, calls: list[str], *, end: str | None = "completed") -> list[Event]:
+    """Turn ``n``: a step that asks for ``calls``, each run to done unless ``end`` is ``None``."""
+    turn, step = f"t{n}", f"t{n}.1"
+    events = [
+        Event(f"u-{n}", ai.INPUT, {"role": "user", "text": f"ask {n}", "generate": True}),
+        Event(f"u-{n}:decided", ai.DECIDED, {"commandId": f"u-{n}", "outcome": "applied"}),
+        Event(f"{turn}:started", ai.TURN_STARTED, {"turnId": turn, "inputIds": [f"u-{n}"], "messageId": f"m-{n}"}),
+        Event(f"{step}:started", ai.STEP_STARTED, {"turnId": turn, "stepId": step}),
+        Event(
+            f"{step}:parts",
+            ai.STREAM,
+            {"stepId": step, "parts": [{"type": "tool-call", "id": c, "name": "cart", "input": {}} for c in calls]},
+        ),
+        Event(
+            f"{step}:finished",
+            ai.STEP_FINISHED,
+            {"stepId": step, "finishReason": "tool-calls", "toolCalls": [{"id": c, "name": "cart"} for c in calls]},
+        ),
+    ]
+    if end is None:
+        return events
+    for c in calls:
+        events.append(Event(f"{turn}:{c}:started", ai.TOOL_STARTED, {"callId": c, "name": "cart"}))
+        events.append(Event(f"{turn}:{c}:finished", ai.TOOL_FINISHED, {"callId": c, "output": "ok"}))
+    events.append(Event(f"{turn}:finished", ai.TURN_FINISHED, {"turnId": turn, "outcome": end}))
+    return events
+
+
+def test_a_turn_lists_the_calls_it_made_and_its_end_cancels_only_those() -> None:
+    history = [e for n in range(1, 41) for e in _turn(n, [f"c{n}"])]
+    state = fold_events(history)
+    assert len(state.tools) == 40 and all(r.status == "done" for r in state.tools.values())
+    # Turn 41 asks for a new call and repeats an old id: the old id keeps its record and its turn.
+    state = fold_events(_turn(41, ["c7", "c41"], end=None), state)
+    assert state.active is not None and state.active.calls == ("c41",)
+    assert state.tools["c7"].turn_id == "t7" and state.tools["c41"].turn_id == "t41"
+    stopped = fold_events([Event("t41:finished", ai.TURN_FINISHED, {"turnId": "t41", "outcome": "stopped"})], state)
+    assert stopped.tools["c41"].status == "cancelled"
+    others = {k: r for k, r in state.tools.items() if k != "c41"}
+    assert {k: r for k, r in stopped.tools.items() if k != "c41"} == others
+
+
+def test_a_turn_that_ends_with_its_calls_final_copies_no_map() -> None:
+    state = fold_events([e for n in range(1, 30) for e in _turn(n, [f"c{n}"])])
+    before = fold_events(_turn(30, ["c30"])[:-1], state)
+    after = fold_events(_turn(30, ["c30"])[-1:], before)
+    assert after.active is None and after.last_turn == ("t30", "completed")
+    assert after.tools is before.tools and after.interactions is before.interactions
+
+
+def _reference(value: Any) -> Any:
+    """The snapshot encoding's rules, written plainly: what ``_encode``'s fast paths must match."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _reference(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {"__t": type(value).__name__, **fields}
+    if isinstance(value, tuple):
+        return {"__tuple": [_reference(v) for v in value]}
+    if isinstance(value, list):
+        return [_reference(v) for v in value]
+    if isinstance(value, Mapping):
+        return {"__map": [[_reference(k), _reference(v)] for k, v in value.items()]}
+    return value
+
+
+class _Listish(list):  # type: ignore[type-arg]
+    pass
+
+
+def test_snapshot_encoding_keeps_its_rules_for_every_kind_of_value() -> None:
+    state = fold_events([e for n in range(1, 6) for e in _turn(n, [f"c{n}", f"d{n}"])])
+    state = fold_events(_turn(6, ["c6"], end=None), state)
+    pair = namedtuple("pair", "a b")
+    odd = [
+        MappingProxyType({"k": (1, 2.5)}),
+        pair(1, [True, None]),
+        _Listish([{"x": CompactionState("c", "running")}]),
+        int,
+        object,
+        3,
+        "text",
+    ]
+    for value in [*(getattr(state, f.name) for f in dataclasses.fields(state) if f.name != "session"), *odd]:
+        assert _encode(value) == _reference(value)
+    assert decode_state(encode_state(state)) == state
+
+
+async def test_a_long_log_is_snapshotted_after_a_fraction_of_its_length() -> None:
+    store = open_store("memory://")
+    log = await SessionLog.open(store, "s-1", snapshot_every=4)
+    taken: list[int] = []
+    save = store.save_snapshot
+
+    async def noted(session_id: str, reducer: str, index: int, data: bytes) -> None:
+        taken.append(index)
+        await save(session_id, reducer, index, data)
+
+    store.save_snapshot = noted  # type: ignore[method-assign]
+    for n in range(300):
+        await log.append([Event(f"e-{n}", "app.note", {"n": n})])
+    expected, last = [], 0
+    for index in range(1, 301):
+        if index - last >= max(4, index // SNAPSHOT_FRACTION):
+            expected.append(index)
+            last = index
+    assert taken == expected
+    assert taken[:3] == [4, 8, 12] and taken[-1] - taken[-2] >= 300 // SNAPSHOT_FRACTION - 4
+    await store.close()
+
+
+def test_a_model_step_gets_the_conversation_itself_unless_a_summary_stands_for_part_of_it() -> None:
+    state = fold_events([e for n in range(1, 4) for e in _turn(n, [f"c{n}"])])
+    assert prompt_messages(state) is state.messages
+    summarized: AIState = state.with_(compaction=CompactionState("k", "completed", "earlier talk", through=2))
+    prompt = prompt_messages(summarized)
+    assert [m.id for m in prompt] == ["troupe:summary", *[m.id for m in state.messages][2:]]

@@ -109,6 +109,7 @@ COMMANDS = [
     ["bench"],
     ["bench", "reducer"],
     ["bench", "fold"],
+    ["bench", "long"],
     ["bench", "store"],
     ["bench", "shop"],
     ["bench", "actors"],
@@ -596,6 +597,16 @@ def test_bench_fold(tmp_path: Path) -> None:
     # Two sessions of three turns: each log holds its inputs, steps, tools and nested batches.
     assert figures["sessions"] == 2 and figures["events"] >= 2 * 3 * 15
     assert figures["events_per_s"] > 0 and figures["us_per_event"] > 0
+
+
+def test_bench_long(tmp_path: Path) -> None:
+    out = tmp_path / "long.json"
+    result = invoke("bench", "long", "--turns", "6", "--window", "3", "--sessions", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert "CPU ms/turn" in result.stdout and "growth, last window / first" in result.stdout
+    figures = json.loads(out.read_text())
+    assert figures["turns"] == 6 and len(figures["ms_per_turn"]) == 2 and figures["messages"] == 12
+    assert figures["growth"] == round(figures["ms_per_turn"][1] / figures["ms_per_turn"][0], 3)
 
 
 def test_bench_actors_hook_without_its_module() -> None:

@@ -1,6 +1,7 @@
 """What a long conversation costs per turn must not grow with it: the pieces that used to.
 
-These pin the behaviour each change kept: a turn's end looks only at the calls it made, snapshots follow the
+``troupe bench long`` measures it (CPU per turn over thousands of turns); these pin the
+behaviour each change kept: a turn's end looks only at the calls it made, snapshots follow the
 same encoding and are spaced by a fraction of the log, and a model step is handed the
 conversation without a copy.
 """
@@ -21,6 +22,7 @@ from orchestrator.core.snapshot import _encode, decode_state, encode_state
 from orchestrator.run.compaction import prompt_messages
 from orchestrator.run.log import SNAPSHOT_FRACTION, SessionLog
 from orchestrator.store import open_store
+from orchestrator.surfaces.bench.long import bench_long, format_long_bench
 
 
 def _turn(n: int, calls: list[str], *, end: str | None = "completed") -> list[Event]:
@@ -138,3 +140,12 @@ def test_a_model_step_gets_the_conversation_itself_unless_a_summary_stands_for_p
     summarized: AIState = state.with_(compaction=CompactionState("k", "completed", "earlier talk", through=2))
     prompt = prompt_messages(summarized)
     assert [m.id for m in prompt] == ["troupe:summary", *[m.id for m in state.messages][2:]]
+
+
+def test_bench_long_runs_whole_conversations_and_reports_each_window() -> None:
+    figures = bench_long(sessions=2, turns=6, window=4)
+    assert len(figures.ms_per_turn) == 2 and all(ms > 0 for ms in figures.ms_per_turn)
+    assert figures.messages == 12  # two per turn: the prompt and the reply (the run asserts each succeeded)
+    assert figures.snapshot_kb > 0 and figures.growth == figures.ms_per_turn[1] / figures.ms_per_turn[0]
+    text = format_long_bench(figures)
+    assert "1-4" in text and "5-6" in text and "growth, last window / first" in text

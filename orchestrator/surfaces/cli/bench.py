@@ -62,6 +62,21 @@ def bench_fold_command(
     _write_json(json_file, {**dataclasses.asdict(figures), "us_per_event": round(figures.us_per_event, 2)})
 
 
+@bench_app.command("long")
+def bench_long_command(
+    turns: Annotated[int, typer.Option(min=1, help="Turns in each conversation.")] = 2000,
+    sessions: Annotated[int, typer.Option(min=1, help="Conversations run side by side.")] = 4,
+    window: Annotated[int, typer.Option(min=1, help="Turns per measured window.")] = 250,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """CPU per turn as a conversation grows to thousands of turns (run in this process, on SQLite)."""
+    from orchestrator.surfaces.bench.long import bench_long, format_long_bench
+
+    figures = bench_long(sessions=sessions, turns=turns, window=window)
+    stdout().print(format_long_bench(figures), highlight=False, soft_wrap=True)
+    _write_json(json_file, {**dataclasses.asdict(figures), "growth": round(figures.growth, 3)})
+
+
 StoresOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -1,0 +1,126 @@
+"""``troupe bench long``: the CPU a turn costs as one conversation grows to thousands of turns.
+
+An agent that works for hours (a coding agent, a research loop) runs thousands of turns and tool
+calls in one session. Whatever a turn does once per message or once per tool call of the whole
+conversation makes each turn dearer than the last, and such costs hide in benchmarks of short
+sessions. This runs ``sessions`` conversations of ``turns`` turns each in this process, on the
+embedded SQLite store (where the log and its snapshots really are written), and reports the CPU
+per turn in windows of ``window`` turns: flat is the goal; ``growth`` is the last window over the
+first (target at most 1.5x, as ``bench reducer``'s 10,000-message slowdown).
+
+Each turn is the same scripted exchange: a text and a tool call, then a text, so every turn adds
+two messages and one tool record. At the end it also encodes one session's state once more, the
+work a snapshot does on the session's event loop (``SessionLog.snapshot_gap`` spaces them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from actors.client import Session
+from actors.local import LocalRuntime
+from orchestrator.core.snapshot import encode_state
+from orchestrator.models.scripted import ScriptedModel
+from orchestrator.run.agent import Agent
+from orchestrator.run.gc_tuning import tune_gc
+from tools.builtin import add_to_cart
+
+__all__ = ["GROWTH_TARGET", "LongFigures", "bench_long", "format_long_bench"]
+
+GROWTH_TARGET = 1.5
+"""The last window's CPU per turn over the first's, at most."""
+
+
+@dataclass(frozen=True, slots=True)
+class LongFigures:
+    """What ``bench_long`` measured."""
+
+    sessions: int
+    """Conversations run side by side."""
+    turns: int
+    """Turns in each."""
+    window: int
+    """Turns per window."""
+    ms_per_turn: list[float] = field(default_factory=list)
+    """CPU ms per turn (this process, every thread: the loop and the store's writer), by window."""
+    messages: int = 0
+    """Messages in one conversation at the end."""
+    snapshot_kb: float = 0.0
+    """One conversation's state at the end, encoded as a snapshot, in KB."""
+    snapshot_ms: float = 0.0
+    """The time that encoding took on the loop, in ms."""
+
+    @property
+    def growth(self) -> float:
+        """The last window's CPU per turn over the first's."""
+        first, last = self.ms_per_turn[0], self.ms_per_turn[-1]
+        return last / first if first > 0 else 0.0
+
+
+def _agent() -> Agent:
+    script: list[list[dict[str, Any]]] = [
+        [{"text": "Adding it to your cart now.", "chunk": 4}, {"tool": "add_to_cart", "input": {"slug": "mug"}}],
+        [{"text": "Done: one more mug in your cart.", "chunk": 4}, {"finish": "stop"}],
+    ]
+    return Agent("long", "You keep a cart.", ScriptedModel(script, per_turn=True), tools=[add_to_cart])
+
+
+async def _run(directory: Path, sessions: int, turns: int, window: int) -> LongFigures:
+    tune_gc()  # as a host does: a full collection of a large heap is a cost of its own, not the turn's
+    agent = _agent()
+    async with LocalRuntime(store=f"sqlite:///{directory / 'long.db'}") as runtime:
+        warm = runtime.session("long-warm", agent=agent)
+        for i in range(5):
+            await (await warm.prompt(f"warm {i}")).finished
+        handles = [runtime.session(f"long-{i}", agent=agent) for i in range(sessions)]
+
+        async def turn(handle: Session, k: int) -> None:
+            reply = await (await handle.prompt(f"one more mug ({k})")).finished
+            if not reply.success:
+                raise AssertionError(f"turn {k} of {handle.id} failed: {reply}")
+
+        per_window = []
+        for start in range(0, turns, window):
+            count = min(window, turns - start)
+            cpu = time.process_time()
+            for k in range(start, start + count):
+                await asyncio.gather(*(turn(h, k) for h in handles))
+            per_window.append(round((time.process_time() - cpu) / count / sessions * 1e3, 3))
+        state = (await handles[0].state()).state
+        began = time.perf_counter()
+        blob = encode_state(state)
+        encode_ms = (time.perf_counter() - began) * 1e3
+    return LongFigures(
+        sessions, turns, window, per_window, len(state.messages), round(len(blob) / 1024, 1), round(encode_ms, 2)
+    )
+
+
+def bench_long(*, sessions: int = 4, turns: int = 2000, window: int = 250) -> LongFigures:
+    """Run ``sessions`` conversations of ``turns`` turns; CPU per turn by windows of ``window``."""
+    with tempfile.TemporaryDirectory(prefix="troupe-long-") as directory:
+        return asyncio.run(_run(Path(directory), sessions, turns, max(1, min(window, turns))))
+
+
+def format_long_bench(figures: LongFigures) -> str:
+    """The windows as a table, then the growth against its target and the final snapshot."""
+    lines = [
+        f"{figures.sessions} conversations of {figures.turns} turns (a text and a tool call, then a text), "
+        "SQLite, this process",
+        f"{'turns':>13} {'CPU ms/turn':>12}",
+    ]
+    for i, ms in enumerate(figures.ms_per_turn):
+        first = i * figures.window
+        last = min(first + figures.window, figures.turns)
+        lines.append(f"{f'{first + 1}-{last}':>13} {ms:>12.2f}")
+    verdict = "met" if figures.growth <= GROWTH_TARGET else "NOT met"
+    lines.append(f"growth, last window / first: {figures.growth:.2f}x (target <= {GROWTH_TARGET}x: {verdict})")
+    lines.append(
+        f"at the end: {figures.messages:,} messages in a conversation; its snapshot "
+        f"{figures.snapshot_kb:,.1f} KB, encoded in {figures.snapshot_ms:.1f} ms"
+    )
+    return "\n".join(lines)

@@ -45,7 +45,9 @@ class PVec(Sequence[T], Generic[T]):
     _tail: _Node
 
     def __new__(cls, items: Iterable[T] = ()) -> PVec[T]:
-        vec = _EMPTY if cls is PVec and _EMPTY is not None else _make(0, _BITS, (), (), None, {})
+        if cls is PVec and _EMPTY is not None:
+            return _build(items if type(items) is list else list(items))
+        vec = _make(0, _BITS, (), (), None, {})
         for item in items:
             vec = vec.append(item)
         return vec
@@ -254,6 +256,26 @@ def _make(size: int, shift: int, root: _Node, tail: _Node, last: Any, ids: dict[
     vec._last = last
     vec._ids = ids
     return vec
+
+
+def _build(items: list[Any]) -> PVec[Any]:
+    """The vector ``append`` would make of ``items`` one by one, made at once.
+
+    Leaves of ``_WIDTH`` items, grouped ``_WIDTH`` to a node until one node is the root; the
+    last partial leaf is the tail. A session's log or snapshot opens with thousands of messages,
+    and appending them one at a time copied the tail for every item.
+    """
+    size = len(items)
+    if not size:
+        return _EMPTY  # type: ignore[return-value]
+    offset = 0 if size < _WIDTH else ((size - 1) >> _BITS) << _BITS
+    nodes: list[Any] = [tuple(items[i : i + _WIDTH]) for i in range(0, offset, _WIDTH)]
+    shift = _BITS
+    while len(nodes) > _WIDTH:
+        nodes = [tuple(nodes[i : i + _WIDTH]) for i in range(0, len(nodes), _WIDTH)]
+        shift += _BITS
+    ids = {getattr(item, "id", None): i for i, item in enumerate(items)}
+    return _make(size, shift, tuple(nodes), tuple(items[offset : size - 1]), items[size - 1], ids)
 
 
 _EMPTY: PVec[Any] | None = None

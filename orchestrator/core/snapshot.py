@@ -27,7 +27,7 @@ from orchestrator.core.aistate import (
 )
 from orchestrator.core.contract import Contract
 from orchestrator.core.payloads import PAYLOAD_CLASSES
-from orchestrator.core.wire import pack, parse_state, state_to_wire, unpack
+from orchestrator.core.wire import pack, state_from_wire, state_to_wire, unpack
 
 __all__ = ["FOLD_VERSION", "decode_state", "encode_state", "snapshot_key"]
 
@@ -139,7 +139,7 @@ def decode_state(data: bytes) -> AIState | None:
     """The state in ``data``, or ``None`` when it does not decode (treat as missing)."""
     try:
         body = unpack(data)
-        session = parse_state(body.pop("session"))
+        session = state_from_wire(body.pop("session"))  # our own bytes: the trusted reader
         fields = {k: _decode(v) for k, v in body.items()}
         return AIState(session=session, **fields)
     except Exception:  # any corruption means "no snapshot": the log is the truth

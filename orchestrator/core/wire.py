@@ -64,6 +64,7 @@ __all__ = [
     "part_to_wire_message",
     "run_from_wire",
     "run_status_to_wire",
+    "state_from_wire",
     "state_to_wire",
     "unpack",
 ]
@@ -577,6 +578,16 @@ def _parse_run(obj: Any, prefix: str, kind: type[Any]) -> Any:
 def state_to_wire(state: SessionState) -> dict[str, Any]:
     """The wire JSON of a session state (``{"messages", "status", "error"?}``)."""
     return _run_to_wire(state)
+
+
+def state_from_wire(obj: Mapping[str, Any]) -> SessionState:
+    """A session state from trusted wire data (our own snapshots): no per-field checks."""
+    error = obj.get("error")
+    return SessionState(
+        PVec([_MESSAGE_DECODE(m) for m in obj.get("messages", ())]),
+        obj.get("status", "idle"),
+        None if error is None else SessionError(error["message"], error.get("code")),
+    )
 
 
 def parse_state(obj: Any) -> SessionState:

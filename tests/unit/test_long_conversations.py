@@ -146,6 +146,7 @@ def test_bench_long_runs_whole_conversations_and_reports_each_window() -> None:
     figures = bench_long(sessions=2, turns=6, window=4)
     assert len(figures.ms_per_turn) == 2 and all(ms > 0 for ms in figures.ms_per_turn)
     assert figures.messages == 12  # two per turn: the prompt and the reply (the run asserts each succeeded)
-    assert figures.snapshot_kb > 0 and figures.growth == figures.ms_per_turn[1] / figures.ms_per_turn[0]
+    assert figures.snapshot_kb > 0 and figures.reopen_ms > 0  # the reopened state is checked against the closed one
+    assert figures.growth == figures.ms_per_turn[1] / figures.ms_per_turn[0]
     text = format_long_bench(figures)
-    assert "1-4" in text and "5-6" in text and "growth, last window / first" in text
+    assert "1-4" in text and "5-6" in text and "growth, last window / first" in text and "opened again" in text

@@ -59,3 +59,28 @@ def test_out_of_range_reads_and_writes_raise_index_error() -> None:
             vec[-size - 1]
     with pytest.raises(IndexError):
         PVec[int]().set_last(0)
+
+
+class _Item:
+    __slots__ = ("id",)
+
+    def __init__(self, n: int) -> None:
+        self.id = f"m{n % 700}"  # some ids repeat: the last index wins, as with appends
+
+
+@pytest.mark.parametrize("size", [*range(0, 70), 1_023, 1_024, 1_025, 1_056, 1_057, 32 * 32 * 32 + 1, 40_000])
+def test_a_vector_made_at_once_is_the_one_appends_make(size: int) -> None:
+    items = [_Item(n) for n in range(size)]
+    appended: PVec[_Item] = PVec()
+    for item in items:
+        appended = appended.append(item)
+    built = PVec(items)
+    assert (built._size, built._shift, built._root, built._tail, built._last, built._ids) == (
+        appended._size,
+        appended._shift,
+        appended._root,
+        appended._tail,
+        appended._last,
+        appended._ids,
+    )
+    assert PVec(iter(items)) == built and list(built) == items

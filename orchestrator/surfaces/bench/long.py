@@ -10,7 +10,8 @@ first (target at most 1.5x, as ``bench reducer``'s 10,000-message slowdown).
 
 Each turn is the same scripted exchange: a text and a tool call, then a text, so every turn adds
 two messages and one tool record. At the end it also encodes one session's state once more, the
-work a snapshot does on the session's event loop (``SessionLog.snapshot_gap`` spaces them).
+work a snapshot does on the session's event loop (``SessionLog.snapshot_gap`` spaces them), and
+times that session's deactivation and reopening (an idle session's next command waits for it).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class LongFigures:
     """One conversation's state at the end, encoded as a snapshot, in KB."""
     snapshot_ms: float = 0.0
     """The time that encoding took on the loop, in ms."""
+    reopen_ms: float = 0.0
+    """One conversation deactivated (as an idle one is) and opened again: its snapshot read and
+    decoded, the events after it folded, in ms."""
 
     @property
     def growth(self) -> float:
@@ -95,8 +99,23 @@ async def _run(directory: Path, sessions: int, turns: int, window: int) -> LongF
         began = time.perf_counter()
         blob = encode_state(state)
         encode_ms = (time.perf_counter() - began) * 1e3
+        host = runtime.host
+        assert host is not None
+        await host.deactivate(handles[0].id)
+        began = time.perf_counter()
+        reopened = (await handles[0].state()).state
+        reopen_ms = (time.perf_counter() - began) * 1e3
+        if reopened != state:
+            raise AssertionError(f"{handles[0].id} reopened to another state than it closed with")
     return LongFigures(
-        sessions, turns, window, per_window, len(state.messages), round(len(blob) / 1024, 1), round(encode_ms, 2)
+        sessions,
+        turns,
+        window,
+        per_window,
+        len(state.messages),
+        round(len(blob) / 1024, 1),
+        round(encode_ms, 2),
+        round(reopen_ms, 2),
     )
 
 
@@ -121,6 +140,7 @@ def format_long_bench(figures: LongFigures) -> str:
     lines.append(f"growth, last window / first: {figures.growth:.2f}x (target <= {GROWTH_TARGET}x: {verdict})")
     lines.append(
         f"at the end: {figures.messages:,} messages in a conversation; its snapshot "
-        f"{figures.snapshot_kb:,.1f} KB, encoded in {figures.snapshot_ms:.1f} ms"
+        f"{figures.snapshot_kb:,.1f} KB, encoded in {figures.snapshot_ms:.1f} ms; "
+        f"closed and opened again in {figures.reopen_ms:.1f} ms"
     )
     return "\n".join(lines)

@@ -500,10 +500,16 @@ def message_from_wire(obj: Mapping[str, Any]) -> AgentMessage:
 
 def run_from_wire(obj: Mapping[str, Any]) -> NestedRun:
     """A sub-agent's run from trusted wire data (a nested snapshot, a tool part's ``agent``)."""
+    run: NestedRun = _trusted_run(obj, NestedRun, "streaming")
+    return run
+
+
+def _trusted_run(obj: Mapping[str, Any], kind: type[Any], default_status: str) -> Any:
+    """A session state or a nested run from trusted wire data: no per-field checks."""
     error = obj.get("error")
-    return NestedRun(
+    return kind(
         PVec([_MESSAGE_DECODE(m) for m in obj.get("messages", ())]),
-        obj.get("status", "streaming"),
+        obj.get("status", default_status),
         None if error is None else SessionError(error["message"], error.get("code")),
     )
 
@@ -582,12 +588,8 @@ def state_to_wire(state: SessionState) -> dict[str, Any]:
 
 def state_from_wire(obj: Mapping[str, Any]) -> SessionState:
     """A session state from trusted wire data (our own snapshots): no per-field checks."""
-    error = obj.get("error")
-    return SessionState(
-        PVec([_MESSAGE_DECODE(m) for m in obj.get("messages", ())]),
-        obj.get("status", "idle"),
-        None if error is None else SessionError(error["message"], error.get("code")),
-    )
+    state: SessionState = _trusted_run(obj, SessionState, "idle")
+    return state
 
 
 def parse_state(obj: Any) -> SessionState:

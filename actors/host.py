@@ -320,8 +320,9 @@ class SessionHost:
             self.idle_checks.dropped()
         log_ = hosted.runner.log
         if log_.index - log_._snapshot_index >= log_.snapshot_gap() // 2:
-            # Only a long tail is worth a snapshot: up to 128 events replay in a few milliseconds,
-            # and a snapshot costs several KB of store (about a third of a short session).
+            # Only a long tail is worth a snapshot: 128 events replay in a few milliseconds, and
+            # a snapshot costs several KB of store (about a third of a short session). A long log's
+            # threshold is a sixteenth of it, so reopening it folds no more than that.
             with contextlib.suppress(Exception):
                 await log_.save_snapshot()
         await hosted.runner.close()

@@ -45,12 +45,7 @@ class PVec(Sequence[T], Generic[T]):
     _tail: _Node
 
     def __new__(cls, items: Iterable[T] = ()) -> PVec[T]:
-        if cls is PVec and _EMPTY is not None:
-            return _build(items if type(items) is list else list(items))
-        vec = _make(0, _BITS, (), (), None, {})
-        for item in items:
-            vec = vec.append(item)
-        return vec
+        return _build(items if type(items) is list else list(items))
 
     # -- reading -----------------------------------------------------------------------------
 

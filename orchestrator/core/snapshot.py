@@ -80,20 +80,14 @@ def _encode(value: Any) -> Any:
     """``value`` as msgpack-able data, by the snapshot's rules.
 
     A dataclass becomes ``{"__t": name, field: ...}``, a tuple ``{"__tuple": [...]}``, a mapping
-    ``{"__map": [[key, value], ...]}``. By exact type first, and a dataclass's field names once
-    per class: a long session's state holds a record per tool call, and the general checks
+    ``{"__map": [[key, value], ...]}``. Scalars by exact type first, and a dataclass's field names
+    once per class: a long session's state holds a record per tool call, and the general checks
     (``is_dataclass``, ``fields``, the ``Mapping`` ABC) cost ~15 µs a record, which a snapshot of
     a 1,000-call session paid 1,000 times.
     """
     kind = type(value)
     if kind in _SCALARS:
         return value
-    if kind is dict:
-        return {"__map": [[_encode(k), _encode(v)] for k, v in value.items()]}
-    if kind is tuple:
-        return {"__tuple": [_encode(v) for v in value]}
-    if kind is list:
-        return [_encode(v) for v in value]
     names = _FIELDS[kind] if kind in _FIELDS else _field_names(kind)
     if names is not None:
         out = {"__t": kind.__name__}
@@ -104,7 +98,7 @@ def _encode(value: Any) -> Any:
         return {"__tuple": [_encode(v) for v in value]}
     if isinstance(value, list):
         return [_encode(v) for v in value]
-    if isinstance(value, Mapping):
+    if isinstance(value, dict) or isinstance(value, Mapping):  # a dict without the ABC's check
         return {"__map": [[_encode(k), _encode(v)] for k, v in value.items()]}
     return value
 

@@ -8,9 +8,13 @@ the state and the index it reflects; ``state_at`` folds any reducer to any point
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
+
+import structlog
 
 from orchestrator.core._fast import fast_init
 from orchestrator.core.actions import SessionAction
@@ -21,6 +25,7 @@ from orchestrator.core.events import AppendResult, Event
 from orchestrator.core.fold import evolve, fold_events, initial_state
 from orchestrator.core.ids import derived_event_id
 from orchestrator.core.snapshot import decode_state, encode_state, snapshot_key
+from orchestrator.run.off_loop import OFF_LOOP_BYTES, OFF_LOOP_MESSAGES, off_loop
 from orchestrator.store.base import EventStore, LogLoader
 from orchestrator.store.base import Snapshot as StoredSnapshot
 
@@ -30,6 +35,8 @@ S = TypeVar("S")
 
 SNAPSHOT_FRACTION = 8
 """A long log is snapshotted again after an eighth of its length (``SessionLog.snapshot_gap``)."""
+
+_log = structlog.get_logger("troupe.log")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,11 @@ class SessionLog:
         self.state: AIState = initial_state(contract)
         self.index = 0
         self._snapshot_index = 0
+        self._snapshotting: asyncio.Future[None] | None = None
+        """The snapshot being taken behind the writes (``commit``), if one is."""
+        self._snapshot_tried = 0
+        """The index of the last snapshot taken behind the writes, stored or not (one that cannot be
+        encoded, a state an app made unencodable, is not tried again at every write)."""
 
     @classmethod
     async def open(
@@ -85,12 +97,26 @@ class SessionLog:
         """Re-read the log (after another writer appended, or a ``ConcurrencyConflict``)."""
         snap, events = await _load(self.store, self.session_id, snapshot_key(self.contract))
         state, index = initial_state(self.contract), 0
-        decoded = None if snap is None else decode_state(snap.data)
+        big = snap is not None and len(snap.data) >= OFF_LOOP_BYTES
+        if snap is None:
+            decoded = None
+        elif big:  # a long conversation's: decoding it on the loop would hold every session of the process
+            data = snap.data
+            decoded = await off_loop(lambda: decode_state(data), waited=True)
+        else:
+            decoded = decode_state(snap.data)
         if snap is not None and decoded is not None:
             state, index = decoded, snap.index
         elif snap is not None:  # a snapshot this version cannot read: the whole log
             events = await self.store.read(self.session_id)
-        self.state = fold_events(events, state, self.contract)
+        contract = self.contract
+        if big and (contract is None or contract.reducer is None):
+            # The tail after it is up to an eighth of the log: folded there too. (An app's reducer
+            # folds on the loop, where its author expects it to run.)
+            start = state
+            self.state = await off_loop(lambda: fold_events(events, start, contract), waited=True)
+        else:
+            self.state = fold_events(events, state, contract)
         self.index = events[-1].index if events else index
         self._snapshot_index = index
 
@@ -146,8 +172,11 @@ class SessionLog:
             return result
         self.state = applied[-1].state
         self.index = result.last_index
-        if self.index - self._snapshot_index >= self.snapshot_gap():
-            await self.save_snapshot()
+        since = max(self._snapshot_index, self._snapshot_tried)
+        if self.index - since >= self.snapshot_gap() and self._snapshotting is None:
+            # Behind the writes, not in their way: the batch is durable and the state moved, and
+            # a snapshot is only a cache of the fold (a failed one is taken again at the next gap).
+            self._snapshotting = asyncio.ensure_future(self._snapshot_behind(self.state, self.index))
         return result
 
     async def append(self, events: Sequence[Event], *, now: float = 0.0) -> tuple[AppendResult, list[Applied]]:
@@ -158,13 +187,40 @@ class SessionLog:
         return result, ([] if result.duplicate else applied)
 
     async def save_snapshot(self) -> None:
-        """Cache the current fold (skipped silently when the app state is not JSON-like)."""
+        """Cache the current fold (skipped silently when the app state is not JSON-like).
+
+        A snapshot taken behind the writes finishes first, so an older one never lands last.
+        """
+        await self.settle()
+        await self._save(self.state, self.index)
+
+    async def settle(self) -> None:
+        """Wait for the snapshot being taken behind the writes, if any (closing waits for it)."""
+        snapshotting = self._snapshotting
+        if snapshotting is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(snapshotting)
+
+    async def _snapshot_behind(self, state: AIState, index: int) -> None:
         try:
-            data = encode_state(self.state)
+            await self._save(state, index)
+        except Exception as error:  # a cache: the log is whole, and the next gap tries again
+            _log.warning("snapshot_failed", session_id=self.session_id, index=index, error=str(error))
+        finally:
+            self._snapshot_tried = max(self._snapshot_tried, index)
+            self._snapshotting = None
+
+    async def _save(self, state: AIState, index: int) -> None:
+        """Encode ``state`` (on the off-loop thread when it is large) and store it as of ``index``."""
+        try:
+            if len(state.messages) >= OFF_LOOP_MESSAGES:
+                data = await off_loop(lambda: encode_state(state))
+            else:
+                data = encode_state(state)
         except (TypeError, ValueError):
             return
-        await self.store.save_snapshot(self.session_id, snapshot_key(self.contract), self.index, data)
-        self._snapshot_index = self.index
+        await self.store.save_snapshot(self.session_id, snapshot_key(self.contract), index, data)
+        self._snapshot_index = max(self._snapshot_index, index)
 
     async def state_at(self, reducer: Reducer[S] | None = None, *, through: int | None = None) -> tuple[Any, int]:
         """Fold ``reducer`` (default: the session fold) over the log through ``through``."""

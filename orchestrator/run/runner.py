@@ -548,6 +548,7 @@ class SessionRunner:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self._handlers.close()
+        await self.log.settle()  # a snapshot on its way is let finish: the next open reads it
         self._ledger.fail()
         self.listeners.clear()  # a host's listener holds the session it serves: no cycle once closed
 

@@ -606,6 +606,7 @@ def test_bench_long(tmp_path: Path) -> None:
     assert "CPU ms/turn" in result.stdout and "growth, last window / first" in result.stdout
     figures = json.loads(out.read_text())
     assert figures["turns"] == 6 and len(figures["ms_per_turn"]) == 2 and figures["messages"] == 12
+    assert len(figures["stall_ms"]) == 2
     assert figures["growth"] == round(figures["ms_per_turn"][1] / figures["ms_per_turn"][0], 3)
 
 

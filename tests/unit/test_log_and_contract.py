@@ -154,6 +154,7 @@ async def test_missing_corrupt_and_stale_snapshots_are_rebuilt_from_the_log(back
     store = _store(backend, tmp_path)
     log = await SessionLog.open(store, "s-1", snapshot_every=1)
     await submit(log, SendInput("u-1", "hi"))
+    await log.settle()  # the snapshot is taken behind the write
     key = snapshot_key(None)
     assert await store.load_snapshot("s-1", key) is not None
     expected = log.snapshot()
@@ -171,6 +172,7 @@ async def test_a_snapshot_is_used_when_valid(backend: str, tmp_path: Path) -> No
     store = _store(backend, tmp_path)
     log = await SessionLog.open(store, "s-1", snapshot_every=1)
     await submit(log, SendInput("u-1", "hi"))
+    await log.save_snapshot()  # of the state now (the one taken behind the writes may be older)
     snap = await store.load_snapshot("s-1", snapshot_key(None))
     assert snap is not None and decode_state(snap.data) == log.state
     await submit(log, SendInput("u-2", "more"))  # events after the snapshot, too
@@ -224,6 +226,7 @@ async def test_renaming_the_reducer_rebuilds_from_the_log() -> None:
     store = open_store("memory://")
     log = await SessionLog.open(store, "s-1", desk(), snapshot_every=1)
     await log.append([Event("e-1", "ticket.flagged", {"ticketId": "T-1"})])
+    await log.settle()
     # Plant a wrong snapshot under the old name: the renamed reducer must not see it.
     await store.save_snapshot(
         "s-1", snapshot_key(desk()), log.index, encode_state(log.state.with_(app={"plan": "x", "flagged": []}))

@@ -1,26 +1,31 @@
 """What a long conversation costs per turn must not grow with it: the pieces that used to.
 
-``troupe bench long`` measures it (CPU per turn over thousands of turns); these pin the
-behaviour each change kept: a turn's end looks only at the calls it made, snapshots follow the
-same encoding and are spaced by a fraction of the log, and a model step is handed the
+``troupe bench long`` measures it (CPU per turn over thousands of turns, and the loop's longest
+stall); these pin the behaviour each change kept: a turn's end looks only at the calls it made,
+snapshots follow the same encoding, are spaced by a fraction of the log and are taken behind the
+writes (a large state encoded and decoded off the event loop), and a model step is handed the
 conversation without a copy.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import threading
 from collections import namedtuple
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from orchestrator.core import event_types as ai
+from orchestrator.core import snapshot
 from orchestrator.core.aistate import AIState, CompactionState
 from orchestrator.core.events import Event
 from orchestrator.core.fold import fold_events
 from orchestrator.core.snapshot import _encode, decode_state, encode_state
 from orchestrator.run.compaction import prompt_messages
 from orchestrator.run.log import SNAPSHOT_FRACTION, SessionLog
+from orchestrator.run.off_loop import OFF_LOOP_BYTES, OFF_LOOP_MESSAGES
 from orchestrator.store import open_store
 from orchestrator.surfaces.bench.long import bench_long, format_long_bench
 
@@ -124,6 +129,7 @@ async def test_a_long_log_is_snapshotted_after_a_fraction_of_its_length() -> Non
     store.save_snapshot = noted  # type: ignore[method-assign]
     for n in range(300):
         await log.append([Event(f"e-{n}", "app.note", {"n": n})])
+        await log.settle()  # each is taken behind its write
     expected, last = [], 0
     for index in range(1, 301):
         if index - last >= max(4, index // SNAPSHOT_FRACTION):
@@ -132,6 +138,74 @@ async def test_a_long_log_is_snapshotted_after_a_fraction_of_its_length() -> Non
     assert taken == expected
     assert taken[:3] == [4, 8, 12] and taken[-1] - taken[-2] >= 300 // SNAPSHOT_FRACTION - 4
     await store.close()
+
+
+def _conversation(turns: int) -> list[Event]:
+    return [e for n in range(1, turns + 1) for e in _turn(n, [f"c{n}"])]
+
+
+async def test_a_write_does_not_wait_for_its_snapshot_and_a_failed_one_fails_nothing() -> None:
+    store = open_store("memory://")
+    log = await SessionLog.open(store, "s-1", snapshot_every=4)
+    gate = asyncio.Event()
+    save = store.save_snapshot
+    taken: list[int] = []
+
+    async def slow(session_id: str, reducer: str, index: int, data: bytes) -> None:
+        await gate.wait()
+        if index == 4:
+            raise OSError("disk full")
+        taken.append(index)
+        await save(session_id, reducer, index, data)
+
+    store.save_snapshot = slow  # type: ignore[method-assign]
+    events = _conversation(2)
+    for event in events[:4]:
+        await log.append([event])  # the fourth reaches the gap: its snapshot waits behind the gate
+    for event in events[4:9]:
+        await log.append([event])  # writes go on meanwhile, and start no second snapshot
+    assert log.index == 9 and taken == []
+    gate.set()
+    await log.settle()  # the failed one is logged, not raised; the log is whole
+    assert taken == [] and await store.load_snapshot("s-1", snapshot.snapshot_key(None)) is None
+    await log.append([events[9]])  # 4 past the failed attempt: the next gap tries again
+    await log.settle()
+    assert taken == [10]
+    assert (await SessionLog.open(store, "s-1")).snapshot() == log.snapshot()
+    await store.close()
+
+
+async def test_a_large_state_is_encoded_and_decoded_off_the_loop(monkeypatch: Any) -> None:
+    threads: list[tuple[str, str]] = []
+    encode, decode = snapshot.encode_state, snapshot.decode_state
+
+    def noted_encode(state: AIState) -> bytes:
+        threads.append(("encode", threading.current_thread().name))
+        return encode(state)
+
+    def noted_decode(data: bytes) -> AIState | None:
+        threads.append(("decode", threading.current_thread().name))
+        return decode(data)
+
+    monkeypatch.setattr("orchestrator.run.log.encode_state", noted_encode)
+    monkeypatch.setattr("orchestrator.run.log.decode_state", noted_decode)
+    small_store, store = open_store("memory://"), open_store("memory://")
+    small = await SessionLog.open(small_store, "small", snapshot_every=1)
+    await small.append(_conversation(1))
+    await small.settle()
+    large = await SessionLog.open(store, "large", snapshot_every=1)
+    await large.append(_conversation(200))
+    await large.settle()
+    assert len(large.state.messages) >= OFF_LOOP_MESSAGES
+    assert len(encode(large.state)) >= OFF_LOOP_BYTES
+    again = await SessionLog.open(store, "large")
+    assert again.snapshot() == large.snapshot()
+    loop_thread = threading.current_thread().name
+    assert threads[0] == ("encode", loop_thread)  # a small state: on the loop (the thread trip costs more)
+    assert threads[1][0] == "encode" and threads[1][1].startswith("troupe-off-loop")
+    assert threads[2][0] == "decode" and threads[2][1].startswith("troupe-off-loop")
+    await store.close()
+    await small_store.close()
 
 
 def test_a_model_step_gets_the_conversation_itself_unless_a_summary_stands_for_part_of_it() -> None:
@@ -145,8 +219,10 @@ def test_a_model_step_gets_the_conversation_itself_unless_a_summary_stands_for_p
 def test_bench_long_runs_whole_conversations_and_reports_each_window() -> None:
     figures = bench_long(sessions=2, turns=6, window=4)
     assert len(figures.ms_per_turn) == 2 and all(ms > 0 for ms in figures.ms_per_turn)
+    assert len(figures.stall_ms) == 2 and all(ms >= 0 for ms in figures.stall_ms)
     assert figures.messages == 12  # two per turn: the prompt and the reply (the run asserts each succeeded)
     assert figures.snapshot_kb > 0 and figures.reopen_ms > 0  # the reopened state is checked against the closed one
     assert figures.growth == figures.ms_per_turn[1] / figures.ms_per_turn[0]
     text = format_long_bench(figures)
     assert "1-4" in text and "5-6" in text and "growth, last window / first" in text and "opened again" in text
+    assert "longest loop stall ms" in text

@@ -69,7 +69,7 @@ def bench_long_command(
     window: Annotated[int, typer.Option(min=1, help="Turns per measured window.")] = 250,
     json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
 ) -> None:
-    """CPU per turn as a conversation grows to thousands of turns (run in this process, on SQLite)."""
+    """CPU per turn and the loop's longest stall as a conversation grows to thousands of turns (in process, SQLite)."""
     from orchestrator.surfaces.bench.long import bench_long, format_long_bench
 
     figures = bench_long(sessions=sessions, turns=turns, window=window)

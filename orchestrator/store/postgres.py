@@ -31,6 +31,7 @@ from orchestrator.store._codec import decode
 from orchestrator.store._fork import fork_by_copy
 from orchestrator.store._pg_engine import Connection, Engine
 from orchestrator.store._pg_follow import Listener
+from orchestrator.store._pg_hop import AppendHops
 from orchestrator.store._pg_write import GroupWriter, Outcome
 from orchestrator.store._rules import id_range
 from orchestrator.store._urls import describe_url
@@ -93,6 +94,7 @@ class PostgresStore:
             url, self._where, pool_size=pool_size, connect_timeout=connect_timeout, reconnect_timeout=reconnect_timeout
         )
         self._writer = GroupWriter(self._engine, clock)
+        self._hops = AppendHops(self._engine, self._writer)
         self._listener = Listener(self._engine)
         self._closed = False
         # A store dropped without close(): commit what is queued, close the pool, end the thread.
@@ -136,10 +138,12 @@ class PostgresStore:
         """Append one atomic batch (see ``EventStore.append``); returns after it is committed.
 
         Cancelling the call does not withdraw a batch already queued; re-appending it is safe.
+        The appends of one turn of the caller's loop travel to the store's loop together
+        (``_pg_hop``).
         """
         batch = prepare_batch(session_id, events, expected_index, trusted=trusted)
         self._check_open()
-        [result] = await self._engine.call(self._writer.submit([batch]))
+        result = await self._hops.append(batch)
         if isinstance(result, StoreError):
             raise result
         return result
@@ -298,6 +302,7 @@ class PostgresStore:
             return
         self._closed = True
         self._finalizer.detach()
+        await self._hops.flush()  # appends this loop queued before the close are committed, not refused
         try:
             await asyncio.wrap_future(
                 asyncio.run_coroutine_threadsafe(_shut(self._engine, self._writer, self._listener), self._engine.loop)

@@ -17,6 +17,8 @@ from orchestrator.store import AppendBatch, EventStore, open_store
 from orchestrator.store._pg_engine import Retry
 from orchestrator.store._pg_follow import LISTENER_NAME
 from orchestrator.store._pg_schema import MIGRATIONS, SCHEMA_VERSION
+from orchestrator.store._pg_write import Outcome
+from orchestrator.store._validate import PreparedBatch
 from orchestrator.store.base import Followable
 from orchestrator.store.postgres import PostgresStore
 from orchestrator.testing import eventually
@@ -110,6 +112,43 @@ async def test_a_group_commit_is_one_transaction(pg_url: str) -> None:
         assert store.commits == before + 1
     finally:
         await store.close()
+
+
+async def test_the_appends_of_one_loop_turn_travel_together_each_with_its_own_outcome(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    try:
+        await store.append("taken", [ev("t1")])
+        trips: list[int] = []
+        submit = store._writer.submit
+
+        async def counted(batches: list[PreparedBatch | StoreError]) -> list[Outcome]:
+            trips.append(len(batches))
+            return await submit(batches)
+
+        store._writer.submit = counted  # type: ignore[method-assign]
+        before = store.commits
+        appends = [asyncio.ensure_future(store.append(f"s{i}", [ev(f"e{i}")])) for i in range(20)]
+        stale = asyncio.ensure_future(store.append("taken", [ev("t2")], expected_index=0))  # a conflict among them
+        cancelled = asyncio.ensure_future(store.append("left", [ev("l1")]))
+        await asyncio.sleep(0)  # each append queues its batch (one turn of the loop)
+        cancelled.cancel()  # its caller gives up: the batch was queued, so it is written all the same
+        results = await asyncio.gather(*appends)
+        assert results == [AppendResult(f"s{i}", 1, 1) for i in range(20)]
+        with pytest.raises(ConcurrencyConflict):
+            await stale
+        assert trips == [22] and store.commits == before + 1
+        assert [e.id for e in await store.read("left")] == ["l1"]
+        queued = asyncio.ensure_future(store.append("late", [ev("z1")]))
+        await asyncio.sleep(0)
+        await store.close()  # what the loop queued before the close is committed, not refused
+        assert await queued == AppendResult("late", 1, 1)
+    finally:
+        await store.close()
+    reopened = PostgresStore(pg_url)
+    try:
+        assert [e.id for e in await reopened.read("late")] == ["z1"]
+    finally:
+        await reopened.close()
 
 
 # -- schema versions -----------------------------------------------------------------------------

@@ -8,7 +8,7 @@ Anything that does not decode (corrupt bytes, an older shape) is treated as miss
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from orchestrator.core.aistate import (
@@ -29,7 +29,7 @@ from orchestrator.core.contract import Contract
 from orchestrator.core.payloads import PAYLOAD_CLASSES
 from orchestrator.core.wire import pack, state_from_wire, state_to_wire, unpack
 
-__all__ = ["FOLD_VERSION", "decode_state", "encode_state", "snapshot_key"]
+__all__ = ["FOLD_VERSION", "decode_state", "encode_later", "encode_state", "snapshot_key"]
 
 FOLD_VERSION = "ai.v5"
 """The built-in fold's snapshot identity; bump it whenever ``orchestrator.core.fold`` changes meaning
@@ -120,13 +120,32 @@ def _decode(value: Any) -> Any:
 
 def encode_state(state: AIState) -> bytes:
     """Msgpack bytes of ``state`` (its app state must be JSON-like)."""
-    body = {
-        f.name: _encode(getattr(state, f.name))
-        for f in dataclasses.fields(state)
-        if f.name not in ("session", "starting")
-    }
-    body["session"] = state_to_wire(state.session)
-    return pack(body)
+    return encode_later(state)()
+
+
+def encode_later(state: AIState) -> Callable[[], bytes]:
+    """``encode_state(state)`` in two parts: the app state now, the rest when the result is called.
+
+    Everything Troupe keeps in a state is immutable, so the rest may be encoded later and on
+    another thread (``orchestrator.run.off_loop``). The app state is whatever the app's reducer
+    made, perhaps a dict it goes on changing in place: it becomes plain data here, on the caller's
+    thread, as it is at the state's index.
+
+    Raises:
+        TypeError: the app state holds something ``_encode`` cannot make plain (so can the call).
+    """
+    app = _encode(state.app)
+
+    def rest() -> bytes:
+        body = {
+            f.name: app if f.name == "app" else _encode(getattr(state, f.name))
+            for f in dataclasses.fields(state)
+            if f.name not in ("session", "starting")
+        }
+        body["session"] = state_to_wire(state.session)
+        return pack(body)
+
+    return rest
 
 
 def decode_state(data: bytes) -> AIState | None:

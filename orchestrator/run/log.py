@@ -24,7 +24,7 @@ from orchestrator.core.errors import UsageError
 from orchestrator.core.events import AppendResult, Event
 from orchestrator.core.fold import evolve, fold_events, initial_state
 from orchestrator.core.ids import derived_event_id
-from orchestrator.core.snapshot import decode_state, encode_state, snapshot_key
+from orchestrator.core.snapshot import decode_state, encode_later, encode_state, snapshot_key
 from orchestrator.run.off_loop import OFF_LOOP_BYTES, OFF_LOOP_MESSAGES, off_loop
 from orchestrator.store.base import EventStore, LogLoader
 from orchestrator.store.base import Snapshot as StoredSnapshot
@@ -214,7 +214,9 @@ class SessionLog:
         """Encode ``state`` (on the off-loop thread when it is large) and store it as of ``index``."""
         try:
             if len(state.messages) >= OFF_LOOP_MESSAGES:
-                data = await off_loop(lambda: encode_state(state))
+                # The app's part here, as it is now (an app may change its own values in place);
+                # Troupe's own, immutable, on the thread.
+                data = await off_loop(encode_later(state))
             else:
                 data = encode_state(state)
         except (TypeError, ValueError):

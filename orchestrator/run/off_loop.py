@@ -11,8 +11,9 @@ same CPU; only its wall time spreads.
 Two threads, each shared by the process: one for snapshots taken behind the writes (rare; one at a
 time bounds the memory their bytes take), one for snapshots being read while a session opens, so
 that a session someone is waiting for never queues behind other sessions' snapshots. Only what
-reads immutable values goes there (states, persistent vectors, and the text buffers, whose appends
-and reads hold their own lock).
+reads immutable values goes there (Troupe's states, persistent vectors, and the text buffers, whose
+appends and reads hold their own lock); an app's own state, which its reducer may change in place,
+is made plain data on the loop first (``snapshot.encode_later``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import threading
 from collections import namedtuple
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -177,17 +177,28 @@ async def test_a_write_does_not_wait_for_its_snapshot_and_a_failed_one_fails_not
 
 async def test_a_large_state_is_encoded_and_decoded_off_the_loop(monkeypatch: Any) -> None:
     threads: list[tuple[str, str]] = []
-    encode, decode = snapshot.encode_state, snapshot.decode_state
+    encode, later, decode = snapshot.encode_state, snapshot.encode_later, snapshot.decode_state
 
     def noted_encode(state: AIState) -> bytes:
         threads.append(("encode", threading.current_thread().name))
         return encode(state)
+
+    def noted_later(state: AIState) -> Callable[[], bytes]:
+        threads.append(("app", threading.current_thread().name))
+        rest = later(state)
+
+        def noted_rest() -> bytes:
+            threads.append(("encode", threading.current_thread().name))
+            return rest()
+
+        return noted_rest
 
     def noted_decode(data: bytes) -> AIState | None:
         threads.append(("decode", threading.current_thread().name))
         return decode(data)
 
     monkeypatch.setattr("orchestrator.run.log.encode_state", noted_encode)
+    monkeypatch.setattr("orchestrator.run.log.encode_later", noted_later)
     monkeypatch.setattr("orchestrator.run.log.decode_state", noted_decode)
     small_store, store = open_store("memory://"), open_store("memory://")
     small = await SessionLog.open(small_store, "small", snapshot_every=1)
@@ -202,10 +213,21 @@ async def test_a_large_state_is_encoded_and_decoded_off_the_loop(monkeypatch: An
     assert again.snapshot() == large.snapshot()
     loop_thread = threading.current_thread().name
     assert threads[0] == ("encode", loop_thread)  # a small state: on the loop (the thread trip costs more)
-    assert threads[1][0] == "encode" and threads[1][1].startswith("troupe-off-loop")
-    assert threads[2][0] == "decode" and threads[2][1].startswith("troupe-off-loop")
+    assert threads[1] == ("app", loop_thread)  # a large one: the app's part on the loop, the rest on the thread
+    assert threads[2][0] == "encode" and threads[2][1].startswith("troupe-off-loop")
+    assert threads[3][0] == "decode" and threads[3][1].startswith("troupe-off-loop")
     await store.close()
     await small_store.close()
+
+
+def test_the_app_state_is_encoded_as_it_is_when_the_snapshot_is_taken() -> None:
+    app: dict[str, Any] = {"cart": ["mug"]}
+    state = fold_events(_conversation(3)).with_(app=app)
+    rest = snapshot.encode_later(state)
+    app["cart"].append("teapot")  # an app that changes its own value in place after the state's index
+    decoded = decode_state(rest())
+    assert decoded is not None and decoded.app == {"cart": ["mug"]}
+    assert snapshot.encode_later(state)() == encode_state(state)  # one encoding, in one part or two
 
 
 def test_a_model_step_gets_the_conversation_itself_unless_a_summary_stands_for_part_of_it() -> None:

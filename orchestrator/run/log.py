@@ -24,7 +24,7 @@ from orchestrator.core.errors import UsageError
 from orchestrator.core.events import AppendResult, Event
 from orchestrator.core.fold import evolve, fold_events, initial_state
 from orchestrator.core.ids import derived_event_id
-from orchestrator.core.snapshot import decode_state, encode_later, encode_state, snapshot_key
+from orchestrator.core.snapshot import decode_state, encode_later, snapshot_key
 from orchestrator.run.off_loop import OFF_LOOP_BYTES, OFF_LOOP_MESSAGES, off_loop
 from orchestrator.store.base import EventStore, LogLoader
 from orchestrator.store.base import Snapshot as StoredSnapshot
@@ -97,26 +97,20 @@ class SessionLog:
         """Re-read the log (after another writer appended, or a ``ConcurrencyConflict``)."""
         snap, events = await _load(self.store, self.session_id, snapshot_key(self.contract))
         state, index = initial_state(self.contract), 0
+        # A long conversation's snapshot is decoded, and the log's tail after it (up to an eighth of
+        # the log) folded, off the loop: here they would hold every session of the process. An
+        # app's reducer folds on the loop, where its author expects it to run.
         big = snap is not None and len(snap.data) >= OFF_LOOP_BYTES
-        if snap is None:
-            decoded = None
-        elif big:  # a long conversation's: decoding it on the loop would hold every session of the process
+        if snap is not None:
             data = snap.data
-            decoded = await off_loop(lambda: decode_state(data), waited=True)
-        else:
-            decoded = decode_state(snap.data)
-        if snap is not None and decoded is not None:
-            state, index = decoded, snap.index
-        elif snap is not None:  # a snapshot this version cannot read: the whole log
-            events = await self.store.read(self.session_id)
-        contract = self.contract
-        if big and (contract is None or contract.reducer is None):
-            # The tail after it is up to an eighth of the log: folded there too. (An app's reducer
-            # folds on the loop, where its author expects it to run.)
-            start = state
-            self.state = await off_loop(lambda: fold_events(events, start, contract), waited=True)
-        else:
-            self.state = fold_events(events, state, contract)
+            decoded = await off_loop(lambda: decode_state(data), when=big, waited=True)
+            if decoded is not None:
+                state, index = decoded, snap.index
+            else:  # a snapshot this version cannot read: the whole log
+                events = await self.store.read(self.session_id)
+        contract, start = self.contract, state
+        pure = contract is None or contract.reducer is None
+        self.state = await off_loop(lambda: fold_events(events, start, contract), when=big and pure, waited=True)
         self.index = events[-1].index if events else index
         self._snapshot_index = index
 
@@ -213,12 +207,9 @@ class SessionLog:
     async def _save(self, state: AIState, index: int) -> None:
         """Encode ``state`` (on the off-loop thread when it is large) and store it as of ``index``."""
         try:
-            if len(state.messages) >= OFF_LOOP_MESSAGES:
-                # The app's part here, as it is now (an app may change its own values in place);
-                # Troupe's own, immutable, on the thread.
-                data = await off_loop(encode_later(state))
-            else:
-                data = encode_state(state)
+            # The app's part is encoded here, as it is now (an app may change its own values in
+            # place); Troupe's own, immutable, on the thread when the state is large.
+            data = await off_loop(encode_later(state), when=len(state.messages) >= OFF_LOOP_MESSAGES)
         except (TypeError, ValueError):
             return
         await self.store.save_snapshot(self.session_id, snapshot_key(self.contract), index, data)

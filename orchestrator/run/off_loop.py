@@ -48,10 +48,14 @@ def _executor(waited: bool) -> ThreadPoolExecutor:
         return pool
 
 
-async def off_loop(work: Callable[[], T], *, waited: bool = False) -> T:
+async def off_loop(work: Callable[[], T], *, when: bool = True, waited: bool = False) -> T:
     """``work()``, run on one of the process's off-loop threads; its exception is raised here.
 
-    ``waited``: a session is opening on it (a snapshot read), so it goes to the thread that
-    background snapshots never hold up.
+    ``when``: whether the work is large enough to go there (``OFF_LOOP_MESSAGES``,
+    ``OFF_LOOP_BYTES``); if not, it runs here, on the loop, where the trip would cost more than it
+    saves. ``waited``: a session is opening on it (a snapshot read), so it goes to the thread
+    that background snapshots never hold up.
     """
+    if not when:
+        return work()
     return await asyncio.get_running_loop().run_in_executor(_executor(waited), work)

@@ -27,18 +27,29 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["REPLY_MUTATIONS", "MutationHub", "WaitFailed"]
+__all__ = ["REPLY_MUTATIONS", "REPLY_MUTATIONS_MAX", "MutationHub", "WaitFailed"]
 
 REPLY_MUTATIONS: Final = 512
-"""Mutations a poll reply takes at most (a session's batch is never split: one may go over).
+"""Mutations a poll reply takes at most while its client keeps up (a session's batch is never
+split: one may go over).
 
 The sessions left wait first in line for the next poll, which returns at once. A reply of 512
 pickles to ~30-70 KB (a mutation is ~60-130 bytes), under Ray's limit for returning a value
 inline (100 KiB). A larger value goes through the object store, and the shared pages it touches
 stay resident in the host and the client: in `bench shop` N=1000, where replies reached 4,500
 mutations and 420 KB, 2.3-2.8 KB per session in each process after the run (0.5-0.6 with the
-limit). The cost: a busy host's backlog takes more round trips; in the same runs the first
-text p50 at N=1000 rose from 195-226 ms to 265-325."""
+limit). A client that falls behind gets larger replies (``REPLY_MUTATIONS_MAX``)."""
+
+REPLY_MUTATIONS_MAX: Final = 8192
+"""Mutations a poll reply may grow to while its client has a backlog on this host.
+
+Each reply that leaves sessions in line doubles the next one's budget, up to this; a reply that
+empties the line puts it back to ``REPLY_MUTATIONS``. With a fixed 512, a host's news reached a
+client at most 512 per round trip, and under load the round trip grows (120-130 ms at N=3000 on
+a 2-vCPU VM: each host had ~1,400 sessions in line at every reply): the backlog, and the first
+text's wait, grew through the run (`bench shop` N=3000: first text p50 12.9-13.1 s, p99 20-25 s).
+With the budget growing to 8192: 1.3 s and 1.8 s, and 72 sessions/s instead of 59-61. A client
+that keeps up still gets replies of at most 512."""
 
 Mutation = dict[str, Any]
 Reply = dict[str, tuple[int, list[Mutation]]]
@@ -76,6 +87,8 @@ class _Poller:
     """When its client last polled: at a poll's start and end (see ``waiting``)."""
     waiting: bool = False
     """A poll of it waits here for news now: its client is there, however long ago it was sent."""
+    budget: int = REPLY_MUTATIONS
+    """Mutations its next reply may take: doubled while replies leave sessions in line."""
     outcomes: dict[str, Any] = field(default_factory=dict)
     """Turns its client waits on that have ended: input id -> how the turn ended."""
 
@@ -90,11 +103,18 @@ class MutationHub:
         interest_seconds: float = 30.0,
         linger: float = 0.002,
         reply_mutations: int = REPLY_MUTATIONS,
+        reply_mutations_max: int = REPLY_MUTATIONS_MAX,
     ) -> None:
         if reply_mutations < 1:
             raise ValueError(f"reply_mutations must be at least 1 (mutations per poll reply), not {reply_mutations}")
+        if reply_mutations_max < reply_mutations:
+            raise ValueError(
+                f"reply_mutations_max ({reply_mutations_max}) must be at least reply_mutations ({reply_mutations}): "
+                "it is what a reply grows to while its client has a backlog"
+            )
         self.ring_size = ring_size
         self.reply_mutations = reply_mutations
+        self.reply_mutations_max = reply_mutations_max
         self.interest_seconds = interest_seconds
         self.linger = linger
         self._channels: dict[str, _Channel] = {}
@@ -232,7 +252,7 @@ class MutationHub:
         if poller is None:
             if not full:
                 return None
-            poller = self._pollers[poller_id] = _Poller()
+            poller = self._pollers[poller_id] = _Poller(budget=self.reply_mutations)
         poller.seen = now
         for session_id in removed:
             self._unfollow(poller_id, poller, session_id)
@@ -280,7 +300,7 @@ class MutationHub:
     def _collect(self, poller: _Poller) -> Reply:
         found: Reply = {}
         dirty, poller.dirty = poller.dirty, {}
-        budget, sent = self.reply_mutations, 0
+        budget, sent = poller.budget, 0
         for session_id in dirty:
             if sent >= budget:
                 poller.dirty[session_id] = None  # first in line for the next poll, which returns at once
@@ -309,6 +329,9 @@ class MutationHub:
             found[session_id] = (cursor, batch)
             sent += len(batch)
             self._prune(channel, session_id)
+        # Sessions left in line: the client is behind on this host, and a reply a round trip
+        # cannot keep up with a backlog that grows meanwhile. Caught up: small replies again.
+        poller.budget = min(budget * 2, self.reply_mutations_max) if poller.dirty else self.reply_mutations
         return found
 
     def _prune(self, channel: _Channel, session_id: str) -> None:

@@ -159,7 +159,7 @@ async def test_a_poller_back_after_appends_that_nobody_kept_gets_a_reset_not_a_g
 
 
 async def test_a_reply_stops_at_its_mutation_limit_and_the_next_poll_brings_the_rest_first_at_once() -> None:
-    hub = MutationHub(linger=0, reply_mutations=4)
+    hub = MutationHub(linger=0, reply_mutations=4, reply_mutations_max=4)
     await hub.poll("p", {f"s-{i}": -1 for i in range(5)}, [], 0, {f"s-{i}": 0 for i in range(5)}, full=True)
     for i in range(5):
         hub.publish(f"s-{i}", 1, [m(1, f"{i}a"), m(1, f"{i}b")])
@@ -182,6 +182,27 @@ async def test_one_sessions_batch_is_never_split_by_the_limit() -> None:
     assert await asyncio.wait_for(hub.poll("p", {}, [], 5.0, {}), 1) == {"t": (1, [m(1, "t")])}
 
 
+async def test_a_client_with_a_backlog_gets_larger_replies_and_small_ones_again_once_caught_up() -> None:
+    hub = MutationHub(linger=0, reply_mutations=2, reply_mutations_max=8)
+    sessions = [f"s-{i:02d}" for i in range(16)]
+    await hub.poll("p", {sid: -1 for sid in sessions}, [], 0, {sid: 0 for sid in sessions}, full=True)
+    for sid in sessions:
+        hub.publish(sid, 1, [m(1, sid)])
+    sizes = []
+    while True:
+        reply = await asyncio.wait_for(hub.poll("p", {}, [], 0, {}), 1) or {}
+        if not reply:
+            break
+        sizes.append(len(reply))
+    assert sizes == [2, 4, 8, 2]  # doubled while sessions were left in line, capped at the max
+    assert hub._pollers["p"].budget == 2  # the last reply emptied the line: back to the base
+    hub.publish("s-00", 2, [m(2, "a"), m(2, "b"), m(2, "c")])
+    hub.publish("s-01", 2, [m(2, "d")])
+    assert list(await hub.poll("p", {}, [], 0, {}) or {}) == ["s-00"]  # caught up: the small budget again
+
+
 def test_a_reply_limit_below_one_is_refused_with_what_to_give() -> None:
     with pytest.raises(ValueError, match="reply_mutations must be at least 1"):
         MutationHub(reply_mutations=0)
+    with pytest.raises(ValueError, match=r"reply_mutations_max \(4\) must be at least reply_mutations \(8\)"):
+        MutationHub(reply_mutations=8, reply_mutations_max=4)

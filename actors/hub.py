@@ -47,9 +47,10 @@ Each reply that leaves sessions in line doubles the next one's budget, up to thi
 empties the line puts it back to ``REPLY_MUTATIONS``. With a fixed 512, a host's news reached a
 client at most 512 per round trip, and under load the round trip grows (120-130 ms at N=3000 on
 a 2-vCPU VM: each host had ~1,400 sessions in line at every reply): the backlog, and the first
-text's wait, grew through the run (`bench shop` N=3000: first text p50 12.9-13.1 s, p99 20-25 s).
-With the budget growing to 8192: 1.3 s and 1.8 s, and 72 sessions/s instead of 59-61. A client
-that keeps up still gets replies of at most 512."""
+text's wait, grew through the run (`bench shop` N=3000: first text p50 11.0-13.1 s, p99 20-25 s).
+With the budget growing to 8192: 1.4 s and 2.1 s (to 2048: 1.9 s and 6.7 s). Replies over 100 KiB
+cost memory while they are in flight (1-6 KB per session at N=1000). A client that keeps up still
+gets replies of at most 512."""
 
 Mutation = dict[str, Any]
 Reply = dict[str, tuple[int, list[Mutation]]]

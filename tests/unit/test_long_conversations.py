@@ -224,6 +224,8 @@ def test_the_app_state_is_encoded_as_it_is_when_the_snapshot_is_taken() -> None:
     decoded = decode_state(rest())
     assert decoded is not None and decoded.app == {"cart": ["mug"]}
     assert snapshot.encode_later(state)() == encode_state(state)  # one encoding, in one part or two
+    now = decode_state(encode_state(state))  # taken now, the snapshot holds the app as it is now
+    assert now is not None and now.app == {"cart": ["mug", "teapot"]}
 
 
 def test_a_model_step_gets_the_conversation_itself_unless_a_summary_stands_for_part_of_it() -> None:

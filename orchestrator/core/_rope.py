@@ -45,6 +45,17 @@ class TextBuffer:
             self._flatten_at = _flatten_size(len(flat))
         self._chunks = None
 
+    def settle(self) -> None:
+        """Join the pending appends now: the text is finished (one string holds less than many).
+
+        A finished reply that was never read in this process (a host sends deltas, and reads
+        a text only when a tool or the prompt needs it) would otherwise keep every delta as a
+        string of its own, ~50 bytes of header each, for as long as the session stays active.
+        """
+        with _LOCK:
+            if self._chunks:
+                self._flatten()
+
     def read(self, size: int) -> str:
         with _LOCK:
             if self._chunks and size > len(self._flat):
@@ -110,6 +121,10 @@ class Rope:
 
     def __str__(self) -> str:
         return self._buf.read(self._size)
+
+    def settle(self) -> None:
+        """Join the buffer's pending appends (``TextBuffer.settle``): the text is finished."""
+        self._buf.settle()
 
     def tail(self, start: int) -> str:
         """The text from ``start`` on, without joining what comes before (for deltas)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator.core._pvec import PVec
 from orchestrator.core.aistate import AIState, Interaction
-from orchestrator.core.parts import AgentMessage, MessagePart, NestedRun, TextPart, ToolPart, revised
+from orchestrator.core.parts import AgentMessage, MessagePart, NestedRun, TextPart, ToolPart, revised, settle_texts
 from orchestrator.core.state import SessionError, SessionState, make_state
 from orchestrator.core.wire import (
     message_from_wire,
@@ -288,6 +288,8 @@ def _apply(run: SessionState | NestedRun, mutation: Mapping[str, Any], path: lis
         return run
     kind = mutation.get("type")
     if kind == "status":
+        if mutation["status"] != "streaming":
+            settle_texts(messages)  # the run's reply is complete (``parts.settle_texts``)
         error = mutation.get("error")
         session_error = None if error is None else SessionError(error["message"], error.get("code"))
         if isinstance(run, SessionState):

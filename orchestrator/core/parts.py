@@ -36,6 +36,7 @@ __all__ = [
     "TextPart",
     "ToolPart",
     "ToolState",
+    "settle_texts",
 ]
 
 Role: TypeAlias = Literal["user", "assistant", "system"]
@@ -120,6 +121,10 @@ class TextPart:
         _text_buf(part, self._buf.grow(self._size, delta) if delta else self._buf)
         _text_size(part, self._size + len(delta))
         return part
+
+    def settle(self) -> None:
+        """Hold the finished text as one string (``TextBuffer.settle``); the value is unchanged."""
+        self._buf.settle()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, TextPart):
@@ -465,3 +470,26 @@ def with_metadata(message: AgentMessage, metadata: Mapping[str, JsonValue]) -> A
     new = revised(message, message.parts)
     _set_msg_metadata(new, {**(message.metadata or {}), **metadata})
     return new
+
+
+def settle_texts(messages: Sequence[AgentMessage]) -> None:
+    """Hold a finished turn's texts as one string each (``TextPart.settle``); no value changes.
+
+    Walks the trailing assistant messages (the turn's reply), the nested runs of their calls,
+    and their calls' streamed arguments. A reply streamed in many deltas keeps each as a string
+    of its own until the text is read, and a host reads few of the texts it keeps: ~2.5 KB of a
+    `bench shop` session's ~26 KB on the heap were these strings.
+    """
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role != "assistant":
+            return
+        for part in message.parts:
+            if isinstance(part, TextPart):
+                part.settle()
+            elif isinstance(part, ToolPart):
+                rope = part.input_rope
+                if rope is not None:
+                    rope.settle()
+                if part.agent is not None:
+                    settle_texts(part.agent.messages)

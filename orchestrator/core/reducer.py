@@ -40,6 +40,7 @@ from orchestrator.core.parts import (
     TextPart,
     ToolPart,
     revised,
+    settle_texts,
     with_metadata,
 )
 from orchestrator.core.state import SessionError, SessionState, make_state
@@ -465,6 +466,7 @@ def _on_step_finish(run: Any, part: StepFinish) -> Any:
 
 def _on_finish(run: Any, part: Finish) -> Any:
     messages: Messages = run.messages
+    settle_texts(messages)  # the reply is complete: its texts held as one string each
     if part.reason == "aborted":
         messages = _cancel_open(messages, CANCELLED_BY_USER, end_nested=True)
     if messages is run.messages and run.status == "idle":
@@ -473,6 +475,7 @@ def _on_finish(run: Any, part: Finish) -> Any:
 
 
 def _on_error(run: Any, part: Failure) -> Any:
+    settle_texts(run.messages)
     messages = _cancel_open(run.messages, CANCELLED_BY_ERROR, end_nested=True)
     return _remake(run, messages, "error", SessionError(part.error, part.code))
 

@@ -477,7 +477,7 @@ def settle_texts(messages: Sequence[AgentMessage]) -> None:
 
     Walks the trailing assistant messages (the turn's reply), the nested runs of their calls,
     and their calls' streamed arguments. A reply streamed in many deltas keeps each as a string
-    of its own until the text is read, and a host reads few of the texts it keeps: ~2.5 KB of a
+    of its own until the text is read, and a host reads few of the texts it keeps: ~4 KB of a
     `bench shop` session's ~26 KB on the heap were these strings.
     """
     for index in range(len(messages) - 1, -1, -1):

@@ -475,6 +475,9 @@ def with_metadata(message: AgentMessage, metadata: Mapping[str, JsonValue]) -> A
 def settle_texts(messages: Sequence[AgentMessage]) -> None:
     """Hold a finished turn's texts as one string each (``TextPart.settle``); no value changes.
 
+    The reducer calls it when a run finishes, fails or is stopped; a client's view when a run's
+    status leaves ``streaming``.
+
     Walks the trailing assistant messages (the turn's reply), the nested runs of their calls,
     and their calls' streamed arguments. A reply streamed in many deltas keeps each as a string
     of its own until the text is read, and a host reads few of the texts it keeps: ~4 KB of a

@@ -113,6 +113,7 @@ def session_reducer(state: SessionState, action: SessionAction) -> SessionState:
         case ToolPhase():
             return _tool_phase(state, action)
         case Stop():
+            settle_texts(state.messages)  # the reply ends here, as at a finish
             messages = _cancel_open(state.messages, CANCELLED_BY_USER, end_nested=True)
             if messages is state.messages and state.status == "idle":
                 return state

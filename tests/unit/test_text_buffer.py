@@ -10,6 +10,7 @@ from orchestrator import (
     MessageStart,
     Send,
     SessionState,
+    Stop,
     TextDelta,
     ToolCall,
     session_reducer,
@@ -67,8 +68,8 @@ def test_a_streaming_reply_keeps_its_appends_pending() -> None:
     assert [t.text for t in texts] == ["hi", "".join(f"a{i} " for i in range(20)), "".join(f"r{i} " for i in range(20))]
 
 
-def test_a_finished_or_failed_reply_holds_each_text_as_one_string_nested_runs_too() -> None:
-    for end in (ApplyPart(Finish()), ApplyPart(Failure("boom"))):
+def test_a_finished_failed_or_stopped_reply_holds_each_text_as_one_string_nested_runs_too() -> None:
+    for end in (ApplyPart(Finish()), ApplyPart(Failure("boom")), Stop()):
         before = _texts(_reply())
         texts = _texts(_reply(end))
         assert [t.text for t in texts] == [t.text for t in before]  # the values are the same

@@ -56,6 +56,23 @@ def troupe(
     )
 
 
+SIGINT_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+)
+"""``python -c`` source that runs ``argv[1:]`` with SIGINT at its default disposition (see ``interruptible``)."""
+
+
+def interruptible(args: list[str]) -> list[str]:
+    """``args`` as a command that a SIGINT interrupts even when the tests run as a background job.
+
+    A shell starts a background job with SIGINT ignored, and an ignored signal stays ignored across
+    ``exec``: Python then installs no ``KeyboardInterrupt`` handler, and a process that stops on
+    Ctrl-C (``serve run``) never sees the test's SIGINT. ``.ci/run`` started in the background did
+    that: the test waited out its 90 s and killed the server's process group instead.
+    """
+    return [sys.executable, "-c", SIGINT_DEFAULT, *args]
+
+
 def wait_listening(server: subprocess.Popen[bytes], port: int, log: Path, timeout: float = 120) -> None:
     """Wait until ``server`` accepts connections on ``port``; fail at once (with its log) if it exits."""
 

@@ -23,7 +23,7 @@ import pytest
 from orchestrator.testing import eventually
 from orchestrator.testing_openai import FakeOpenAIServer, StreamReply, completion_stream, text_stream, tool_call_deltas
 
-from .cli_process import REPO, cli_env, troupe, wait_listening
+from .cli_process import REPO, cli_env, interruptible, troupe, wait_listening
 
 README = (REPO / "README.md").read_text()
 
@@ -123,7 +123,7 @@ def test_the_serve_run_command_serves_the_api(workdir: Path) -> None:
     args[0] = str(Path(sys.executable).parent / args[0])  # this venv's serve
     log = (workdir / "serve.log").open("w")
     server = subprocess.Popen(
-        args,
+        interruptible(args),  # it stops on SIGINT alone, so SIGINT must reach it
         cwd=workdir,
         env=cli_env(RAY_TMPDIR=str(workdir)),
         stdout=log,
@@ -148,12 +148,16 @@ def test_the_serve_run_command_serves_the_api(workdir: Path) -> None:
             assert answer["success"] is True and "stoneware mug" in answer["text"], answer
     finally:
         server.send_signal(signal.SIGINT)  # serve run shuts Serve down, then the Ray it started
+        stuck = False
         try:
             server.wait(timeout=90)
         except subprocess.TimeoutExpired:
+            stuck = True
             os.killpg(server.pid, signal.SIGKILL)  # our own process group only
             server.wait(timeout=30)
         log.close()
+    tail = (workdir / "serve.log").read_text()[-2000:]
+    assert not stuck, f"serve run did not stop on SIGINT (Ctrl-C) within 90 s; its log ends:\n{tail}"
     assert (workdir / "troupe.db").exists()  # the config's store, resolved against the command's directory
 
 

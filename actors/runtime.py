@@ -274,7 +274,6 @@ class Runtime(BaseRuntime):
                 self._created.append(name)
             handles.append(handle)
         self._held = handles
-        await asyncio.gather(*(h.ready.remote() for h in handles))
 
         def supervisor(get_if_exists: bool) -> Any:
             actor = supervisor_actor(
@@ -294,11 +293,15 @@ class Runtime(BaseRuntime):
                 self.spare_workers,
             )
 
+        # Its process starts while the hosts' do (its constructor needs only their names); it
+        # starts watching them once they are ready. One after the other, a runtime took ~2.1 s to
+        # start on a 2-vCPU VM, the hosts ~1.1 of it.
         self.supervisor, created = _create_or_get(supervisor, SUPERVISOR_NAME, self.namespace)
         if created and owns_created:
             self._created.append(SUPERVISOR_NAME)
         if self.owns is True:  # asked to stop the namespace's actors, whoever created them
             self._created = [*self.host_names, SUPERVISOR_NAME]
+        await asyncio.gather(*(h.ready.remote() for h in handles))
         await self.supervisor.start.remote()
         self.transport = RayTransport(self.router, self.supervisor)
         log.info(

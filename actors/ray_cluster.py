@@ -10,6 +10,7 @@ constructor after a crash, in the host's own process, so the cluster is built th
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable
 from typing import Any
@@ -49,6 +50,12 @@ _INTRODUCED_KEPT = 4096
 """Hosts a host remembers having sent its handle to (``RayCluster.introduce``)."""
 
 
+async def _answer_dropped(call: Awaitable[Any]) -> None:
+    """Wait for ``call``, whatever it answers (awaited, a failed call is not reported as unhandled)."""
+    with contextlib.suppress(Exception):
+        await call
+
+
 class RayCluster:
     """A Ray host's links to the rest of the cluster (see the module docstring)."""
 
@@ -65,6 +72,8 @@ class RayCluster:
         self._own: Any = None
         self._introduced: set[str] = set()
         """The hosts this one sent its handle to (``introduce``)."""
+        self._greetings: set[asyncio.Task[None]] = set()
+        """First calls to hosts just met, still on their way (``meet``)."""
 
     def node(self) -> str | None:
         """The id of the node this host runs on."""
@@ -94,8 +103,18 @@ class RayCluster:
         return self._own
 
     def meet(self, name: str, handle: Any) -> None:
-        """Host ``name`` sent its own handle: calls to it need no lookup by name."""
+        """Host ``name`` sent its own handle: calls to it need no lookup by name, and one goes at once.
+
+        Ray connects to another actor on the first call to it. Met with a child's first run, the
+        parent's host gets that first call now (``ready``, its answer dropped), while the child
+        starts, rather than with the child's first batch. Dedicated hosts (`bench actors`, five
+        alternating pairs of 15 trials), the first batch's way back to the parent, p50: 3.8-4.4 ms
+        with the call, 4.8-6.5 without.
+        """
         self.router.keep(name, handle)
+        greeting = asyncio.ensure_future(_answer_dropped(handle.ready.remote()))
+        self._greetings.add(greeting)  # the loop keeps only a weak reference to a task
+        greeting.add_done_callback(self._greetings.discard)
 
     def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> Awaitable[Any]:
         """Send a child's batch to its parent on another host: the call's result (``actors.batch_sender``)."""

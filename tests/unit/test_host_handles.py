@@ -5,6 +5,8 @@ blocking round trip to the GCS on the caller's loop, and a new actor class is ex
   keeps it for the batches back (probe, dedicated hosts: the lookup held the child's loop 7.3 ms
   between its first text and its first batch). Only the first: a handle costs its
   serialization, and its registration on the other side, with every call that carries it.
+- And it calls that handle at once: Ray connects to another actor on the first call, which was
+  otherwise the child's first batch back.
 - The actor class of a host is made once per process: every new ``ray.remote(cls)`` is
   exported again, and the export disassembles every method of the class (52-143 ms of the
   supervisor's loop for each dedicated host it started).
@@ -12,6 +14,7 @@ blocking round trip to the GCS on the caller's loop, and a new actor class is ex
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,12 +35,36 @@ def _no_lookup(name: str, namespace: str | None = None) -> Any:
     raise AssertionError(f"looked up {name!r} by name")
 
 
-def test_a_host_met_by_handle_is_called_without_a_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+class _Handle:
+    """A host's handle that counts the calls to its ``ready`` (and fails them, when asked)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls = 0
+        self.fail = fail
+        self.ready = SimpleNamespace(remote=self._ready)
+
+    def _ready(self) -> Any:
+        self.calls += 1
+
+        async def answer() -> dict[str, Any]:
+            if self.fail:
+                raise ConnectionError("the host died")
+            return {}
+
+        return answer()
+
+
+async def test_a_host_met_by_handle_is_called_at_once_and_without_a_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ray, "get_actor", _no_lookup)
     cluster = RayCluster("troupe-dedicated-child", OPTIONS)
-    parent = object()
+    parent, gone = _Handle(), _Handle(fail=True)
     cluster.meet("troupe-dedicated-parent", parent)
+    cluster.meet("troupe-dedicated-gone", gone)
     assert cluster.router.host("troupe-dedicated-parent") is parent
+    # Ray connects on the first call: it goes now, while the child starts, not with its first batch.
+    assert parent.calls == 1 and gone.calls == 1
+    await asyncio.gather(*cluster._greetings)  # a failed one is dropped quietly
+    assert not cluster._greetings
 
 
 MET: list[tuple[str, object]] = []

@@ -23,6 +23,7 @@ from orchestrator.core.contract import Contract
 from orchestrator.core.errors import UsageError
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.agent import Agent
+from orchestrator.run.background import run_kept
 from orchestrator.run.log import Snapshot
 from orchestrator.store.base import EventStore, Followable
 
@@ -84,9 +85,7 @@ class BaseRuntime:
             return subscription
         name = self.transport.host_now(session.id)
         if name is None:
-            placing = subscription.placing = asyncio.ensure_future(self._subscribe_later(session, subscription))
-            self._later.add(placing)
-            placing.add_done_callback(self._later.discard)
+            subscription.placing = run_kept(self._later, self._subscribe_later(session, subscription))
         else:
             self._poller(name).add(subscription)
         return subscription

@@ -37,6 +37,7 @@ from typing import Any
 import structlog
 
 from actors.errors import DedicatedFull
+from orchestrator.run.background import run_kept
 
 __all__ = ["RECLAIM_EVERY", "Actors", "DedicatedLimits", "DedicatedPool", "default_max_actors"]
 
@@ -322,9 +323,7 @@ class DedicatedPool:
         self._give(name)
 
     def _spawn(self, work: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        run_kept(self._tasks, work)
 
     # -- reclaiming idle sessions -----------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from orchestrator.core.commands import Command
 from orchestrator.core.errors import UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.mutations import diff
+from orchestrator.run.background import run_kept
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult
 from orchestrator.run.gc_tuning import tune_gc
 from orchestrator.run.log import Applied
@@ -301,9 +302,7 @@ class SessionHost:
         if not self._idle(hosted) or self.hub.interested(session_id):
             self.touch(session_id)
             return
-        task = asyncio.create_task(self.deactivate(session_id))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)  # a finished deactivation is not kept
+        run_kept(self._tasks, self.deactivate(session_id))
 
     @staticmethod
     def _idle(hosted: _Hosted) -> bool:

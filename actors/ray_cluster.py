@@ -24,6 +24,7 @@ from actors.registry import AgentCodec
 from actors.router import Router
 from actors.subagents import SubAgents
 from orchestrator.run.agent import Agent
+from orchestrator.run.background import run_kept
 from orchestrator.run.children import ChildBatch, Children
 
 __all__ = ["RAY_PICKLE", "RayCluster"]
@@ -72,7 +73,7 @@ class RayCluster:
         self._own: Any = None
         self._introduced: set[str] = set()
         """The hosts this one sent its handle to (``introduce``)."""
-        self._greetings: set[asyncio.Task[None]] = set()
+        self._greetings: set[asyncio.Future[Any]] = set()
         """First calls to hosts just met, still on their way (``meet``)."""
 
     def node(self) -> str | None:
@@ -112,9 +113,7 @@ class RayCluster:
         with the call, 4.8-6.5 without.
         """
         self.router.keep(name, handle)
-        greeting = asyncio.ensure_future(_answer_dropped(handle.ready.remote()))
-        self._greetings.add(greeting)  # the loop keeps only a weak reference to a task
-        greeting.add_done_callback(self._greetings.discard)
+        run_kept(self._greetings, _answer_dropped(handle.ready.remote()))
 
     def deliver(self, parent_host: str, parent_id: str, batch: ChildBatch) -> Awaitable[Any]:
         """Send a child's batch to its parent on another host: the call's result (``actors.batch_sender``)."""

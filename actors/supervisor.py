@@ -34,6 +34,7 @@ from actors.options import ACTOR_ERRORS, host_actor
 from actors.ray_cluster import RayCluster
 from actors.router import Router
 from actors.spare_workers import REFRESH, prestart
+from orchestrator.run.background import run_kept
 
 __all__ = ["Supervisor"]
 
@@ -150,9 +151,7 @@ class Supervisor:
                 )
                 node = self._nodes.get(name)
                 if self.spares and node is not None:  # the restart took this node's spare: ask for the next
-                    asking = asyncio.ensure_future(self._ask_spares([node]))
-                    self._asking.add(asking)
-                    asking.add_done_callback(self._asking.discard)
+                    run_kept(self._asking, self._ask_spares([node]))
                 log.info("host_recovered", host=name, sessions=len(recovered))
             except ValueError:  # the host does not exist (yet)
                 await asyncio.sleep(0.2)

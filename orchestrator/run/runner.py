@@ -38,6 +38,7 @@ from orchestrator.core.plan import Append, Cancel, Limits, RunStep, RunTool, nex
 from orchestrator.core.recovery import recover
 from orchestrator.core.turn import TurnOutcome
 from orchestrator.run.agent import Agent
+from orchestrator.run.background import run_kept
 from orchestrator.run.children import ChildBatch, Children
 from orchestrator.run.handlers import Handlers
 from orchestrator.run.ledger import TurnLedger, Watcher
@@ -154,7 +155,7 @@ class SessionRunner:
         self._draining = False
         self._drainer: asyncio.Task[None] | None = None
         """The pump's task while it runs (one at a time)."""
-        self._background: set[asyncio.Task[Any]] | None = None
+        self._background: set[asyncio.Future[Any]] | None = None
         """Other work in the background, made at its first (most sessions never have any: an
         empty set is 216 bytes, and a host holds thousands of sessions)."""
         self._nested: NestedInbox | None = None
@@ -337,14 +338,10 @@ class SessionRunner:
         self._plan = True
         self._request_drain()
 
-    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
-        task = asyncio.ensure_future(coro)
-        background = self._background
-        if background is None:
-            background = self._background = set()
-        background.add(task)
-        task.add_done_callback(background.discard)
-        return task
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Future[Any]:
+        if self._background is None:
+            self._background = set()
+        return run_kept(self._background, coro)
 
     def _reconcile(self) -> None:
         """Cancel, without writing anything, work the state no longer wants (a stop ended it)."""

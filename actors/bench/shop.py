@@ -31,6 +31,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ __all__ = [
     "MemorySampler",
     "ShopFigures",
     "bench_shop",
+    "busiest_host_share",
     "format_shop",
     "memory_settled",
     "shop_agent",
@@ -167,6 +169,10 @@ class ShopRun:
     """Dedicated placement: sessions and sub-agents of this run that waited for an actor."""
     wait_s_max: float = 0.0
     """Dedicated placement: the longest wait for an actor (since the runtime started)."""
+    busiest_host: float = 0.0
+    """Pooled placement: the share of the run's sessions on the host with the most (0.5 with two
+    hosts is even). A session's host is a hash of its id, so each run's split differs, and the
+    busiest host works on alone at the end (``0.0``: dedicated placement)."""
 
 
 @dataclass
@@ -395,6 +401,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> 
     await rt.deactivate_idle()
     stored = await _store_bytes(rt.store) - before_bytes
     pool: dict[str, Any] = (await rt.supervisor.info.remote())["dedicated"] or {}
+    placed = [rt.router.place_now(s.id) for s in sessions] if rt.placement == "pooled" else []
     return ShopRun(
         sessions=n,
         wall_s=round(wall, 3),
@@ -417,7 +424,15 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> 
         actors_peak=pool.get("peak", 0),
         sessions_waited=pool.get("waited", 0) - waited0,
         wait_s_max=pool.get("wait_s_max", 0.0),
+        busiest_host=busiest_host_share(placed),
     )
+
+
+def busiest_host_share(placed: Sequence[str | None]) -> float:
+    """The share of sessions on the host with the most, from each session's host; ``0.0`` if one is not known."""
+    if not placed or None in placed:
+        return 0.0
+    return round(max(Counter(placed).values()) / len(placed), 3)
 
 
 async def _profiled_run(rt: Runtime, result: ShopFigures, run: int) -> None:

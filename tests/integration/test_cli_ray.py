@@ -50,6 +50,7 @@ def test_troupe_bench_shop_verifies_every_session(workdir: Path) -> None:
     assert sorted(figures, key=int) == ["1", "4"], figures
     run = figures["4"]["runs"][0]
     assert run["cpu_us_per_chunk"] > run["consumer_us_per_chunk"] > 0  # the driver's share is part of the whole
+    assert 0.5 <= run["busiest_host"] <= 1.0 and "on the busiest host" in done.stdout  # 4 sessions on 2 hosts
     # memory by process kind adds up to the whole (which is never below 0; each share is rounded on its own)
     assert {"driver", "hosts"} <= run["memory_split_kb"].keys(), run["memory_split_kb"]
     grown = sum(run["memory_split_kb"].values())
@@ -84,6 +85,7 @@ def test_troupe_bench_shop_dedicated_waits_for_a_bounded_pool(workdir: Path) -> 
     figures = json.loads(out.read_text())["6"]
     assert figures["actors_peak"] <= 3, figures  # 6 sessions and 6 sub-agent runs, never more than 3 actors
     assert figures["sessions_waited"] > 0 and "actors peak" in done.stdout, figures
+    assert figures["busiest_host"] == 0.0 and "busiest host" not in done.stdout  # a host each: no split to show
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from actors.bench.profile import Profile, Profiler, format_profile, stage_of, stages_of
-from actors.bench.shop import process_kind
+from actors.bench.shop import busiest_host_share, process_kind
 from orchestrator.core.errors import UsageError
 
 
@@ -97,3 +97,11 @@ def test_py_spy_is_a_kind_of_its_own() -> None:
     assert process_kind("py-spy", ["/venv/bin/py-spy", "record", "--pid", "1"]) == "profiler"
     assert process_kind("raylet", ["/venv/lib/ray/core/src/ray/raylet/raylet"]) == "ray"
     assert process_kind("python", ["ray::SessionHost.poll"]) == "hosts"
+
+
+def test_the_busiest_hosts_share_of_a_runs_sessions() -> None:
+    assert busiest_host_share(["h1", "h2", "h1", "h2"]) == 0.5  # even
+    assert busiest_host_share(["h1", "h2", "h2", "h2"]) == 0.75
+    assert busiest_host_share(["h1"] * 44 + ["h2"] * 56) == 0.56
+    assert busiest_host_share(["h1", None]) == 0.0  # a host not known (dedicated placement): no figure
+    assert busiest_host_share([]) == 0.0

@@ -169,6 +169,7 @@ def bench_shop_command(
                 f"{kind:<8} N={run.sessions:<5} run {done[key]}/{repeats}: {run.wall_s:.2f} s, "
                 f"{run.sessions_per_s:.1f} sessions/s, {run.text_chunks_per_s:,.0f} chunks/s, "
                 f"TTFT p50 {run.ttft_ms_p50:.1f} ms"
+                + (f", {run.busiest_host:.0%} on the busiest host" if run.busiest_host else "")
                 + (
                     f"; actors peak {run.actors_peak}, {run.sessions_waited} waited (max {run.wait_s_max:.1f} s)"
                     if run.actors_peak

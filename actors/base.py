@@ -44,7 +44,8 @@ class BaseRuntime:
         self._agents: dict[int, tuple[str, Agent]] = {}
         self._registered: set[str] = set()
         self._pollers: dict[str, Poller] = {}
-        self._later: set[asyncio.Future[None]] = set()
+        self._later: set[asyncio.Future[Any]] = set()
+        """Work started on its own (a subscription placed later, a turn's outcome asked of its host)."""
         self._feeds: dict[int, StoreFeed] = {}
 
     def session(self, session_id: str, *, agent: Agent) -> Session:
@@ -144,7 +145,7 @@ class BaseRuntime:
                 return
             result = waited.result()
             if isinstance(result, WaitFailed):  # e.g. the session moved to another host: ask it directly
-                asked = asyncio.ensure_future(self._ask_outcome(session, input_id))
+                asked = run_kept(self._later, self._ask_outcome(session, input_id))
                 asked.add_done_callback(lambda done: _copy(done, outcome))
                 return
             outcome.set_result(result)

@@ -49,7 +49,7 @@ STAGES: Final[tuple[tuple[str, str], ...]] = (
         r"|plan|buffer|_fast|stream)",
     ),
     ("runner and steps", r"orchestrator/run/"),
-    ("store append", r"orchestrator/store/|orchestrator/core/wire\.py|^msgpack/|^zlib|^sqlite3/"),
+    ("store append", r"orchestrator/store/|orchestrator/core/(wire|_wire_fields)\.py|^msgpack/|^zlib|^sqlite3/"),
     ("event payloads and ids", r"orchestrator/core/"),
     ("hub and long poll", r"actors/(hub|poller|transport|store_feed)\.py"),
     ("model (scripted)", r"orchestrator/models/"),

@@ -22,6 +22,7 @@ from orchestrator.core.errors import UsageError
         ("NestedInbox.take (orchestrator/run/nested.py:147)", "hosts", "sub-agent batches"),
         ("SqliteStore._write_batch (orchestrator/store/sqlite.py:289)", "hosts", "store append"),
         ("pack (orchestrator/core/wire.py:593)", "hosts", "store append"),
+        ("_read_fields (orchestrator/core/_wire_fields.py:104)", "hosts", "store append"),
         ("Event.__post_init__ (orchestrator/core/events.py:67)", "hosts", "event payloads and ids"),
         ("diff (orchestrator/core/mutations.py:109)", "hosts", "mutation diff"),
         ("diff (orchestrator/core/mutations.py:109)", "driver", "client: live views"),

@@ -107,35 +107,38 @@ def _list(value: Any, where: str, item: Callable[[Any, str], Any]) -> list[Any]:
 
 @dataclass(frozen=True, slots=True)
 class _Field:
-    """One row of a field table: the check (validating reader) beside the trusted codec."""
+    """One row of a field table: the check (validating reader) beside the trusted codec's row."""
 
-    wire: str
-    attr: str
+    row: WireField
     check: Check
-    required: bool = False
-    default: Any = None
-    omit: Omit = "default"
-    encode: Callable[[Any], Any] | None = None
-    decode: Callable[[Any], Any] | None = None
-
-    def row(self) -> WireField:
-        """The row as the code generator reads it."""
-        return WireField(self.attr, self.wire, self.required, self.default, self.omit, self.encode, self.decode)
 
 
-def _req(wire: str, attr: str, check: Check, **codec: Any) -> _Field:
-    return _Field(wire, attr, check, required=True, **codec)
+Codec = Callable[[Any], Any] | None
+"""A field's conversion between its attribute value and its wire value (``None``: the same)."""
 
 
-def _opt(wire: str, attr: str, check: Check, default: Any = None, **codec: Any) -> _Field:
-    return _Field(wire, attr, check, default=default, **codec)
+def _req(wire: str, attr: str, check: Check, *, encode: Codec = None, decode: Codec = None) -> _Field:
+    return _Field(WireField(attr, wire, True, None, "default", encode, decode), check)
+
+
+def _opt(
+    wire: str,
+    attr: str,
+    check: Check,
+    default: Any = None,
+    *,
+    omit: Omit = "default",
+    encode: Codec = None,
+    decode: Codec = None,
+) -> _Field:
+    return _Field(WireField(attr, wire, False, default, omit, encode, decode), check)
 
 
 _Table = tuple[type, tuple[_Field, ...]]
 
 
 def _read_fields(obj: Mapping[str, Any], fields: tuple[_Field, ...], what: str, prefix: str) -> dict[str, Any]:
-    known = {f.wire for f in fields} | {"type"}
+    known = {f.row.wire for f in fields} | {"type"}
     for key in obj:
         if key not in known:
             names = ", ".join(sorted(known - {"type"})) or "none"
@@ -145,12 +148,13 @@ def _read_fields(obj: Mapping[str, Any], fields: tuple[_Field, ...], what: str, 
             )
     kwargs: dict[str, Any] = {}
     for f in fields:
-        if f.wire in obj and obj[f.wire] is not None:
-            kwargs[f.attr] = f.check(obj[f.wire], f"{prefix}{f.wire}")
-        elif f.required:
-            raise ParseError(f"{prefix}{f.wire} is required in {what}", f"{prefix}{f.wire}")
+        row = f.row
+        if row.wire in obj and obj[row.wire] is not None:
+            kwargs[row.attr] = f.check(obj[row.wire], f"{prefix}{row.wire}")
+        elif row.required:
+            raise ParseError(f"{prefix}{row.wire} is required in {what}", f"{prefix}{row.wire}")
         else:  # missing or null: the table's default, as the trusted reader takes it
-            kwargs[f.attr] = f.default
+            kwargs[row.attr] = row.default
     return kwargs
 
 
@@ -166,11 +170,11 @@ def _tagged(obj: Any, what: str, prefix: str, tags: Mapping[str, Any]) -> str:
 
 
 def _encoders(tables: Mapping[str, _Table]) -> dict[type, Callable[[Any], dict[str, Any]]]:
-    return {cls: encoder(cls, [f.row() for f in fields], tag) for tag, (cls, fields) in tables.items()}
+    return {cls: encoder(cls, [f.row for f in fields], tag) for tag, (cls, fields) in tables.items()}
 
 
 def _decoders(tables: Mapping[str, _Table]) -> dict[str, Callable[[Mapping[str, Any]], Any]]:
-    return {tag: decoder(cls, [f.row() for f in fields]) for tag, (cls, fields) in tables.items()}
+    return {tag: decoder(cls, [f.row for f in fields]) for tag, (cls, fields) in tables.items()}
 
 
 def _parse_tagged(tables: Mapping[str, _Table], what: str, obj: Any, prefix: str) -> Any:

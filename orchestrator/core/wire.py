@@ -335,8 +335,8 @@ _MESSAGE: Final[tuple[_Field, ...]] = (
 )
 """A message's field table."""
 
-_MESSAGE_ENCODE: Final = encoder(AgentMessage, [f.row() for f in _MESSAGE])
-_MESSAGE_DECODE: Final = decoder(AgentMessage, [f.row() for f in _MESSAGE])
+_MESSAGE_ENCODE: Final = encoder(AgentMessage, [f.row for f in _MESSAGE])
+_MESSAGE_DECODE: Final = decoder(AgentMessage, [f.row for f in _MESSAGE])
 
 
 def part_to_wire_message(part: MessagePart, *, with_agent: bool = True) -> dict[str, Any]:

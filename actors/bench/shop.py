@@ -17,6 +17,9 @@ The workload (defined exactly, so it can be compared with other systems):
   a consumer subscribes to every session (subscribe, then snapshot, then mutations) and must see
   every chunk, tool call and result live, nested parts under their delegate call. Everything
   delivered is verified per turn; a missing item fails the run.
+
+``chunk`` (``--chunk``) cuts the same texts into longer or shorter chunks; everything else in a
+turn stays, so the CPU a session saves with longer chunks is what its chunks cost.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import psutil
 from actors.bench.profile import Profile, Profiler
 from actors.client import LiveView, Session
 from actors.runtime import Runtime
+from orchestrator.core.errors import UsageError
 from orchestrator.core.parts import AgentMessage, TextPart, ToolPart
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.run.agent import Agent
@@ -54,6 +58,7 @@ __all__ = [
     "ShopFigures",
     "bench_shop",
     "busiest_host_share",
+    "chunks_per_turn",
     "format_shop",
     "memory_settled",
     "shop_agent",
@@ -66,8 +71,17 @@ PROMPTS = (
     "Add two more mugs and check the price.",
     "One more round: two mugs, and compare prices again.",
 )
-CHUNKS_PER_TURN = 50 + 100 + 50 + 50
+CHUNK = 4
+"""Characters per text chunk: the workload compared with LangGraph (``bench shop --chunk`` changes it)."""
+TURN_TEXTS = (50, 100, 50, 50)
+"""A turn's four texts, in 4-character pieces: ``shop``'s two, then ``researcher``'s two (nested)."""
+CHUNKS_PER_TURN = sum(TURN_TEXTS)
 """Text chunks a turn delivers: 150 at the top level, 100 nested under the delegate call."""
+
+
+def chunks_per_turn(chunk: int = CHUNK) -> int:
+    """Text chunks a turn delivers when its texts are cut every ``chunk`` characters (250 at 4)."""
+    return sum(-(-4 * pieces // chunk) for pieces in TURN_TEXTS)
 
 
 @functools.cache
@@ -76,15 +90,15 @@ def chunks(prefix: str, count: int) -> str:
     return "".join(f"{prefix}{i:03d}" for i in range(count))
 
 
-def shop_agent() -> Agent:
-    """The two agents of the workload."""
+def shop_agent(chunk: int = CHUNK) -> Agent:
+    """The two agents of the workload, their texts cut every ``chunk`` characters."""
     researcher = Agent(
         "researcher",
         "Compare prices.",
         ScriptedModel(
             [
-                [{"text": chunks("R", 50), "chunk": 4}, {"tool": "lookup_price", "input": {"slug": "mug"}}],
-                [{"text": chunks("S", 50), "chunk": 4}, {"finish": "stop"}],
+                [{"text": chunks("R", 50), "chunk": chunk}, {"tool": "lookup_price", "input": {"slug": "mug"}}],
+                [{"text": chunks("S", 50), "chunk": chunk}, {"finish": "stop"}],
             ],
             per_turn=True,
         ),
@@ -95,9 +109,12 @@ def shop_agent() -> Agent:
         "You help the user shop.",
         ScriptedModel(
             [
-                [{"text": chunks("A", 50), "chunk": 4}, {"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}}],
+                [
+                    {"text": chunks("A", 50), "chunk": chunk},
+                    {"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}},
+                ],
                 [{"tool": "delegate_to_researcher", "input": {"task": "compare mug prices"}}],
-                [{"text": chunks("C", 100), "chunk": 4}, {"finish": "stop"}],
+                [{"text": chunks("C", 100), "chunk": chunk}, {"finish": "stop"}],
             ],
             per_turn=True,
         ),
@@ -111,7 +128,7 @@ def _show(part: object) -> str:
     return f"{text[:24]!r}...{text[-24:]!r} ({len(text)} chars)"
 
 
-def verify_turn(reply: AgentMessage) -> int:
+def verify_turn(reply: AgentMessage, chunk: int = CHUNK) -> int:
     """Check one turn's assistant message as a subscriber assembled it; returns chunks seen.
 
     Raises:
@@ -135,7 +152,7 @@ def verify_turn(reply: AgentMessage) -> int:
     assert isinstance(r_text, TextPart) and r_text.text == chunks("R", 50), f"{reply.id}: nested text {_show(r_text)}"
     assert isinstance(price, ToolPart) and (price.name, price.state, price.output) == ("lookup_price", "done", "4.99")
     assert isinstance(s_text, TextPart) and s_text.text == chunks("S", 50), f"{reply.id}: nested final text"
-    return (first.length + last.length + r_text.length + s_text.length) // 4
+    return sum(-(-text.length // chunk) for text in (first, last, r_text, s_text))
 
 
 @dataclass
@@ -156,6 +173,9 @@ class ShopRun:
     """CPU seconds of every process (Ray's and the driver), less the memory sampler's own."""
     cpu_us_per_chunk: float = 0.0
     """``cpu_s`` per text chunk delivered, in µs."""
+    cpu_ms_per_session: float = 0.0
+    """``cpu_s`` per session (three turns), in ms: with ``--chunk`` apart, what a session's chunks cost
+    and what its turns cost whatever the chunking (the events, writes, steps, tools and sub-agent)."""
     cpu_split_us: dict[str, float] = field(default_factory=dict)
     """``cpu_us_per_chunk`` by process: ``driver`` (the consumer), ``hosts``, ``supervisor``, ``ray`` (its own)."""
     consumer_us_per_chunk: float = 0.0
@@ -333,7 +353,7 @@ def process_kind(name: str, cmdline: Sequence[str]) -> str:
     return "other"
 
 
-async def shop_session(session: Session, ttfts: list[float]) -> int:
+async def shop_session(session: Session, ttfts: list[float], chunk: int = CHUNK) -> int:
     """Three turns, watched by a live view; returns the text chunks the view saw."""
     view: LiveView = await session.live()
     waiting: dict[str, Any] = {}
@@ -360,12 +380,13 @@ async def shop_session(session: Session, ttfts: list[float]) -> int:
             await view.wait_for(_reached(result.index), timeout=60)
             reply = view.view.state.messages[-1]
             assert view.view.state.messages[-2].text == prompt, f"{session.id} turn {number}: the prompt is missing"
-            delivered += verify_turn(reply)
+            delivered += verify_turn(reply, chunk)
     finally:
         view.listeners.remove(seen)  # the listener refers to the view: a cycle left to the collector
         await view.close()
-    if delivered != CHUNKS_PER_TURN * len(PROMPTS):
-        raise AssertionError(f"{session.id}: {delivered} chunks delivered, expected {CHUNKS_PER_TURN * len(PROMPTS)}")
+    expected = chunks_per_turn(chunk) * len(PROMPTS)
+    if delivered != expected:
+        raise AssertionError(f"{session.id}: {delivered} chunks delivered, expected {expected}")
     return delivered
 
 
@@ -382,8 +403,8 @@ def _percentile(values: Sequence[float], q: float) -> float:
     return ordered[k]
 
 
-async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> ShopRun:
-    agent = shop_agent()
+async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int], chunk: int = CHUNK) -> ShopRun:
+    agent = shop_agent(chunk)
     sessions = [rt.session(f"bench-{run}-{i}", agent=agent) for i in range(n)]
     ttfts: list[float] = []
     before_bytes = await _store_bytes(rt.store)
@@ -391,7 +412,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> 
     kinds0 = MemorySampler.cpu_by_kind()
     with MemorySampler() as memory:
         start = time.perf_counter()
-        delivered = await asyncio.gather(*(shop_session(s, ttfts) for s in sessions))
+        delivered = await asyncio.gather(*(shop_session(s, ttfts, chunk) for s in sessions))
         wall = time.perf_counter() - start
     kinds = MemorySampler.cpu_by_kind()  # one walk of the process tree: the total and the driver's share too
     split = {k: kinds[k] - kinds0.get(k, 0.0) - (memory.cpu_s if k == "driver" else 0.0) for k in kinds}
@@ -415,6 +436,7 @@ async def _run_once(rt: Runtime, n: int, run: int, baseline: dict[str, int]) -> 
         store_bytes_per_session=round(stored / n, 1),
         cpu_s=round(cpu, 2),
         cpu_us_per_chunk=round(cpu / chunks_seen * 1e6, 1),
+        cpu_ms_per_session=round(cpu / n * 1e3, 2),
         cpu_split_us={k: round(v / chunks_seen * 1e6, 1) for k, v in sorted(split.items())},
         consumer_us_per_chunk=round(driver / chunks_seen * 1e6, 1),
         memory_split_kb={
@@ -435,7 +457,7 @@ def busiest_host_share(placed: Sequence[str | None]) -> float:
     return round(max(Counter(placed).values()) / len(placed), 3)
 
 
-async def _profiled_run(rt: Runtime, result: ShopFigures, run: int) -> None:
+async def _profiled_run(rt: Runtime, result: ShopFigures, run: int, chunk: int = CHUNK) -> None:
     """One more run at ``result``'s N under py-spy; its stage table goes into ``result.profile``."""
     await rt.deactivate_idle()
     pids: dict[str, list[int]] = {"driver": [], "hosts": [], "supervisor": []}
@@ -446,7 +468,7 @@ async def _profiled_run(rt: Runtime, result: ShopFigures, run: int) -> None:
     profiler.start()
     try:
         await asyncio.sleep(0.5)  # py-spy attaches
-        measured = await _run_once(rt, result.sessions, run, MemorySampler.rss_by_kind())
+        measured = await _run_once(rt, result.sessions, run, MemorySampler.rss_by_kind(), chunk)
     finally:
         profiler.stop()
     spy = measured.cpu_split_us.get("profiler", 0.0)
@@ -486,13 +508,20 @@ async def bench_shop(
     max_dedicated: int | None = None,
     progress: Any = None,
     profile: bool = False,
+    chunk: int = CHUNK,
 ) -> list[ShopFigures]:
     """Run the workload at every N, ``repeats`` times each, on a fresh local Ray and a fresh store.
 
     ``store``: the URL of an empty store (default: a SQLite file in ``workdir``). ``max_dedicated``:
     the dedicated pool's limit (``None``: the runtime's default for this machine). ``profile``: one
-    more run at each N under py-spy, kept out of the figures (``ShopFigures.profile``).
+    more run at each N under py-spy, kept out of the figures (``ShopFigures.profile``). ``chunk``:
+    characters per text chunk (4 is the workload compared with LangGraph).
+
+    Raises:
+        UsageError: ``chunk`` is not a positive number of characters.
     """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise UsageError(f"chunk must be a positive number of characters, got {chunk!r}: 4 is the compared workload")
     own = workdir is None
     base = Path(workdir or tempfile.mkdtemp(prefix="troupe-bench-"))
     os.makedirs(base, exist_ok=True)
@@ -509,18 +538,18 @@ async def bench_shop(
             namespace="troupe-bench",
             ray_options={"_temp_dir": str(base / "ray"), "num_cpus": os.cpu_count() or 2},
         ) as rt:
-            await _run_once(rt, 2, 0, MemorySampler.rss_by_kind())  # warm up every host
+            await _run_once(rt, 2, 0, MemorySampler.rss_by_kind(), chunk)  # warm up every host
             await memory_settled()
             for n in sizes:
                 result = ShopFigures(n)
                 for r in range(repeats):
                     await rt.deactivate_idle()
                     baseline = MemorySampler.rss_by_kind()
-                    result.runs.append(await _run_once(rt, n, 1 + len(figures) * 100 + r, baseline))
+                    result.runs.append(await _run_once(rt, n, 1 + len(figures) * 100 + r, baseline, chunk))
                     if progress is not None:
                         progress(result.runs[-1])
                 if profile:
-                    await _profiled_run(rt, result, 1 + len(figures) * 100 + repeats)
+                    await _profiled_run(rt, result, 1 + len(figures) * 100 + repeats, chunk)
                 figures.append(result)
     finally:
         if own:
@@ -553,6 +582,10 @@ def format_shop(figures: Sequence[ShopFigures]) -> str:
     for f in figures:
         split = ", ".join(f"{kind} {us:.1f}" for kind, us in f.split().items())
         lines.append(f"N={f.sessions}: CPU µs/chunk by process (medians): {split}")
+        lines.append(
+            f"N={f.sessions}: CPU ms per session (three turns, all processes, median): "
+            f"{f.median('cpu_ms_per_session'):.2f}"
+        )
         memory = ", ".join(f"{kind} {kb:.1f}" for kind, kb in f.split("memory_split_kb").items())
         lines.append(f"N={f.sessions}: memory KB/session by process (medians): {memory}")
     return "\n".join(lines)

@@ -59,6 +59,24 @@ def test_troupe_bench_shop_verifies_every_session(workdir: Path) -> None:
 
 
 @pytest.mark.slow
+def test_troupe_bench_shop_cuts_the_texts_in_other_chunks(workdir: Path) -> None:
+    # Each text whole: four chunks a turn, the turns' other work as it is (what a session costs apart from its chunks).
+    out = workdir / "shop.json"
+    done = troupe("bench", "shop", "--sizes", "2", "--repeats", "1", "--chunk", "1000", "--json", str(out), cwd=workdir)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    said = " ".join(done.stdout.split())  # the console wraps long lines at its width
+    assert "texts in chunks of 1000 characters (4 in the compared workload)" in said
+    assert "(this workload in 4-character chunks): ../shared/bench/compare-shop 2 1" in said
+    run = json.loads(out.read_text())["2"]["runs"][0]
+    assert run["text_chunks_per_s"] * run["wall_s"] == pytest.approx(2 * 3 * 4, rel=0.01)  # 2 sessions x 3 turns x 4
+    # cpu_s is rounded to 10 ms: over 2 sessions, within 2.5 ms of the unrounded figure per session
+    assert run["cpu_ms_per_session"] == pytest.approx(run["cpu_s"] / 2 * 1e3, abs=2.6)
+    assert "CPU ms per session" in said
+    refused = troupe("bench", "shop", "--sizes", "2", "--chunk", "0", cwd=workdir)
+    assert refused.returncode != 0 and "--chunk" in refused.stdout + refused.stderr
+
+
+@pytest.mark.slow
 def test_troupe_bench_shop_profiles_one_more_run(workdir: Path) -> None:
     out = workdir / "shop.json"
     # 30 sessions: at 1,000 samples a second the driver's live views get ~30 samples. At N=3 they got

@@ -142,6 +142,14 @@ def bench_shop_command(
             help="One more run at each N under py-spy (kept out of the figures): CPU µs per chunk by stage.",
         ),
     ] = False,
+    chunk: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Characters per text chunk (4: the workload compared with LangGraph). The turns' other work "
+            "stays, so a larger chunk shows what a session's turns cost apart from its chunks.",
+        ),
+    ] = 4,
 ) -> None:
     """The shop workload end to end on Ray: N sessions x 3 turns with a sub-agent, verified live.
 
@@ -183,6 +191,8 @@ def bench_shop_command(
     plan = f"sizes {', '.join(map(str, counts))}, {repeats} run(s) each, {placement}"
     if placement == "dedicated":
         plan += f" (max_dedicated {max_dedicated or 'by default'})"
+    if chunk != 4:
+        plan += f", texts in chunks of {chunk} characters (4 in the compared workload)"
     console.print(f"bench shop: {plan}, store {' vs '.join(kinds)}")
     figures: dict[str, dict[int, ShopFigures]] = {kind: {n: ShopFigures(n) for n in counts} for kind in kinds}
     labels: dict[str, str] = {}
@@ -203,6 +213,7 @@ def bench_shop_command(
                             max_dedicated=max_dedicated,
                             progress=progress(kind),
                             profile=profile and round_ == repeats - 1,
+                            chunk=chunk,
                         )
                     )
                 finally:
@@ -220,9 +231,10 @@ def bench_shop_command(
             if profiled.profile is not None:
                 console.print(format_profile(profiled.sessions, profiled.profile), highlight=False, soft_wrap=True)
     n = counts[-1]
+    workload = "same workload" if chunk == 4 else "this workload in 4-character chunks"
     console.print(
         f"Absolute figures move 2x between machines: compare with a peer as a ratio from one run on one "
-        f"machine. Side by side with LangGraph 1.2 (same workload): ../shared/bench/compare-shop {n} {repeats}",
+        f"machine. Side by side with LangGraph 1.2 ({workload}): ../shared/bench/compare-shop {n} {repeats}",
         highlight=False,
     )
     if len(kinds) > 1:

@@ -27,7 +27,7 @@ from typing import Any
 
 import ray
 
-from actors.bench.shop import MemorySampler, memory_settled
+from actors.bench.sampler import MemorySampler, memory_settled
 from actors.data import run_sessions
 from actors.runtime import Runtime
 from orchestrator.models.scripted import ScriptedModel

@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from actors.bench.profile import Profile, Profiler, format_profile, stage_of, stages_of
-from actors.bench.shop import busiest_host_share, process_kind
+from actors.bench.sampler import process_kind
+from actors.bench.shop import busiest_host_share
 from orchestrator.core.errors import UsageError
 
 

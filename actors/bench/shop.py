@@ -76,7 +76,12 @@ CHUNKS_PER_TURN = sum(TURN_TEXTS)
 
 def chunks_per_turn(chunk: int = CHUNK) -> int:
     """Text chunks a turn delivers when its texts are cut every ``chunk`` characters (250 at 4)."""
-    return sum(-(-4 * pieces // chunk) for pieces in TURN_TEXTS)
+    return sum(_cut(4 * pieces, chunk) for pieces in TURN_TEXTS)
+
+
+def _cut(length: int, chunk: int) -> int:
+    """The chunks a text of ``length`` characters is cut into, ``chunk`` at a time (the last may be shorter)."""
+    return -(-length // chunk)
 
 
 @functools.cache
@@ -147,7 +152,7 @@ def verify_turn(reply: AgentMessage, chunk: int = CHUNK) -> int:
     assert isinstance(r_text, TextPart) and r_text.text == chunks("R", 50), f"{reply.id}: nested text {_show(r_text)}"
     assert isinstance(price, ToolPart) and (price.name, price.state, price.output) == ("lookup_price", "done", "4.99")
     assert isinstance(s_text, TextPart) and s_text.text == chunks("S", 50), f"{reply.id}: nested final text"
-    return sum(-(-text.length // chunk) for text in (first, last, r_text, s_text))
+    return sum(_cut(text.length, chunk) for text in (first, last, r_text, s_text))
 
 
 @dataclass

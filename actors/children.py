@@ -52,14 +52,19 @@ class RayChildren:
                 return await self.here.sub.run(request, self.root_key, self.name)
             except _RETRIED:
                 self.router.forget(request.child_id)
+                request = replace(request, fresh=False)  # the attempt may have started the child
         # Ship the sub-agent's name, not the agent: the child's host loads it from the registry.
         light = replace(request, agent=_AgentName(request.agent.name))  # type: ignore[arg-type]
+        attempts = 0
 
         async def call(target: str) -> ChildResult:
+            nonlocal attempts
+            attempts += 1
+            first = attempts == 1  # a retry may find the child started by the attempt before it
             if target == self.name:
-                return await self.here.run(request, deliver)
+                return await self.here.run(request if first else replace(request, fresh=False), deliver)
             result: ChildResult = await self.router.host(target).child_run.remote(
-                light, self.root_key, self.name, self.introduce(target)
+                light if first else replace(light, fresh=False), self.root_key, self.name, self.introduce(target)
             )
             return result
 

@@ -202,8 +202,12 @@ class SessionHost:
     def _entries(self) -> dict[str, str]:
         return {sid: h.agent_key for sid, h in self.hosted.items()}
 
-    async def activate(self, session_id: str, agent_key: str) -> _Hosted:
-        """The session, activated (and recovered from its log) on first use; one opening at a time."""
+    async def activate(self, session_id: str, agent_key: str, *, fresh: bool = False) -> _Hosted:
+        """The session, activated (and recovered from its log) on first use; one opening at a time.
+
+        ``fresh``: its log is known to be empty (a sub-agent its delegate call has just started):
+        opening it reads nothing.
+        """
         hosted = self.hosted.get(session_id)
         if hosted is not None:
             return hosted
@@ -227,6 +231,7 @@ class SessionHost:
                 nested_delay=self.options.nested_delay,
                 pacer=self.pacer,
                 start=False,
+                fresh=fresh,
             )
             hosted = _Hosted(runner, agent_key, runner.state)
             runner.listeners.append(self._listener(session_id, hosted))

@@ -66,8 +66,8 @@ class ChildHost(Protocol):
         """The active sessions."""
         ...
 
-    def activate(self, session_id: str, agent_key: str) -> Awaitable[HostedSession]:
-        """The session, activated (and recovered) on first use."""
+    def activate(self, session_id: str, agent_key: str, *, fresh: bool = False) -> Awaitable[HostedSession]:
+        """The session, activated (and recovered) on first use (``fresh``: its log is empty, read nothing)."""
         ...
 
     def touch(self, session_id: str, delay: float | None = None) -> None:
@@ -85,7 +85,7 @@ class SubAgents:
 
     async def run(self, request: ChildRequest, root_key: str, parent_host: str) -> ChildResult:
         """Run (or re-attach to) a child session, streaming its batches to the parent's host."""
-        hosted = await self._hosted(request.child_id, request.agent, root_key)
+        hosted = await self._hosted(request.child_id, request.agent, root_key, request.fresh)
         runner = hosted.runner
 
         deliver = self._deliverer(parent_host, request.parent_id)
@@ -130,8 +130,11 @@ class SubAgents:
         self.host.touch(child_id)
         return receipt
 
-    async def _hosted(self, child_id: str, agent: Any, root_key: str) -> HostedSession:
-        """The child session, activated under its agent (``agent`` may be only its name)."""
+    async def _hosted(self, child_id: str, agent: Any, root_key: str, fresh: bool = False) -> HostedSession:
+        """The child session, activated under its agent (``agent`` may be only its name).
+
+        ``fresh``: its delegate call has just started it, so its log is empty (nothing to read).
+        """
         host = self.host
         hosted = host.hosted.get(child_id)
         if hosted is not None:
@@ -145,7 +148,7 @@ class SubAgents:
             if sub is None:
                 raise UsageError(f"agent {root_key!r} has no sub-agent {agent.name!r}")
             host.registry.put(child_key, sub)
-        return await host.activate(child_id, child_key)
+        return await host.activate(child_id, child_key, fresh=fresh)
 
     def _deliverer(self, parent_host: str, parent_id: str) -> Deliver:
         if parent_host == self.host.name:

@@ -43,6 +43,10 @@ class ChildRequest:
     """The sub-agent."""
     task: str
     """What it was asked to do (its first input)."""
+    fresh: bool = False
+    """The call has never started its child (its ``ai.child.started`` is in the write that starts
+    the call), so the child's log is empty: opening it need not read the store. Only a first
+    attempt on a first host says so; a retry or a re-attach reads."""
 
 
 VISIBLE = (TextDelta, Reasoning, ToolCall)

@@ -51,17 +51,19 @@ class LocalChildren:
         self.runner_options = runner_options
         self.runners: dict[str, SessionRunner] = {}
 
-    async def runner(self, child_id: str, agent: Agent) -> SessionRunner:
-        """The child's runner, opened (and recovered) on first use."""
+    async def runner(self, child_id: str, agent: Agent, *, fresh: bool = False) -> SessionRunner:
+        """The child's runner, opened (and recovered) on first use (``fresh``: its log is empty, read nothing)."""
         runner = self.runners.get(child_id)
         if runner is None:
-            runner = await SessionRunner.open(self.store, child_id, agent, children=self, **self.runner_options)
+            runner = await SessionRunner.open(
+                self.store, child_id, agent, children=self, fresh=fresh, **self.runner_options
+            )
             self.runners[child_id] = runner
         return runner
 
     async def run(self, request: ChildRequest, deliver: Deliver) -> ChildResult:
         """Start or re-attach to the child and stream its batches until its turn ends."""
-        runner = await self.runner(request.child_id, request.agent)
+        runner = await self.runner(request.child_id, request.agent, fresh=request.fresh)
         forwarder = NestedForwarder(request.call_id, deliver)
 
         async def listen(applied: list[Applied], state: AIState, index: int) -> None:

@@ -86,11 +86,24 @@ class SessionLog:
 
     @classmethod
     async def open(
-        cls, store: EventStore, session_id: str, contract: Contract | None = None, **options: Any
+        cls,
+        store: EventStore,
+        session_id: str,
+        contract: Contract | None = None,
+        *,
+        fresh: bool = False,
+        **options: Any,
     ) -> SessionLog:
-        """Load the session: the newest valid snapshot, then every event after it."""
+        """Load the session: the newest valid snapshot, then every event after it.
+
+        ``fresh``: the caller knows the log is empty (a sub-agent whose delegate call has just
+        started it), so nothing is read. Were it wrong, the first append would meet the events
+        already there and fail (``ConcurrencyConflict``, as a stale owner's does), and the log
+        would be read then.
+        """
         log = cls(store, session_id, contract, **options)
-        await log.refresh()
+        if not fresh:
+            await log.refresh()
         return log
 
     async def refresh(self) -> None:

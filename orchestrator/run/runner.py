@@ -165,10 +165,20 @@ class SessionRunner:
 
     @classmethod
     async def open(
-        cls, store: EventStore, session_id: str, agent: Agent, *, start: bool = True, **options: Any
+        cls,
+        store: EventStore,
+        session_id: str,
+        agent: Agent,
+        *,
+        start: bool = True,
+        fresh: bool = False,
+        **options: Any,
     ) -> SessionRunner:
-        """Load the session from the store, recover unfinished work, and start driving it."""
-        log = await SessionLog.open(store, session_id, agent.contract)
+        """Load the session from the store, recover unfinished work, and start driving it.
+
+        ``fresh``: its log is known to be empty (``SessionLog.open``); nothing is read.
+        """
+        log = await SessionLog.open(store, session_id, agent.contract, fresh=fresh)
         runner = cls(log, agent, **options)
         if start:
             await runner.start()

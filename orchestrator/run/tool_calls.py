@@ -173,10 +173,12 @@ class ToolCalls:
                 return [_failed(record.id, message, "invalid_arguments")], None
             child_id = child_session_id(host.session_id, record.id)
             events = [started]
-            if record.child is None:
+            fresh = record.child is None
+            if fresh:
                 child: JsonObject = {"callId": record.id, "sessionId": child_id, "agent": sub.name}
                 events.append(Event("", ai.CHILD_STARTED, child))
-            return events, lambda: self._launch(record, lambda _: self._run_delegate(record, sub, task), child_id)
+            delegate = lambda _: self._run_delegate(record, sub, task, fresh)  # noqa: E731
+            return events, lambda: self._launch(record, delegate, child_id)
         tools = host.agent.static_tools()
         if tools is None:  # a dynamic source: list it in the task
             return [], lambda: self._launch(record, lambda signal: self._run_tool(record, signal))
@@ -279,12 +281,14 @@ class ToolCalls:
         part = part_to_wire(ToolResult(call_id, output, preliminary=True))
         await self.host._append([Event("", ai.STREAM, {"callId": call_id, "parts": [part]})])
 
-    async def _run_delegate(self, record: ToolRecord, sub: Agent, task: str) -> None:
+    async def _run_delegate(self, record: ToolRecord, sub: Agent, task: str, fresh: bool) -> None:
+        """Run the call's child session; ``fresh``: this write started it (its log is empty)."""
         host = self.host
         assert host.children is not None
         session_id = host.session_id
         child_id = child_session_id(session_id, record.id)
-        result = await host.children.run(ChildRequest(session_id, record.id, child_id, sub, task), host.deliver)
+        request = ChildRequest(session_id, record.id, child_id, sub, task, fresh)
+        result = await host.children.run(request, host.deliver)
         if result.final is not None:
             # The child's run as it ended, so the nested copy is complete when the call is done
             # (its last live batch may travel on another channel and arrive later).

@@ -12,6 +12,7 @@ its loop, between the child's first text and its first batch.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -140,3 +141,41 @@ async def test_a_child_run_on_another_host_carries_this_hosts_own_handle() -> No
     assert parent_handle is OWN  # the child's host calls back with it: no lookup by name
     assert INTRODUCED == ["host-b"]
     assert sub.runs == []
+
+
+FRESH = replace(REQUEST, fresh=True)
+"""A delegate call's first run of its child: the child's log is empty, opening it reads nothing."""
+
+
+class _RetryingRouter(_CallingRouter):
+    """Makes the call on ``where`` twice, as ``Router.on_host`` does when the first attempt fails."""
+
+    async def on_host(self, session_id: str, call: Any, schedule: Any) -> ChildResult:
+        self.asked.append(f"on_host {session_id}")
+        await call(self.where)
+        result: ChildResult = await call(self.where)
+        return result
+
+
+async def test_only_a_first_attempt_says_the_child_is_fresh() -> None:
+    """A retry may find the child started by the attempt before it: it reads the child's log."""
+    sub, router = _SubAgents(), _RetryingRouter("host-b")
+    children = RayChildren(sub, router, "shop#1", _own)  # type: ignore[arg-type]
+    await children.run(FRESH, _deliver)
+    assert [call[0].fresh for call in router.child_run.calls] == [True, False]
+
+
+class _MovedRouter(_CallingRouter):
+    """Places the child on this host (``host-a``) first; the full path finds it on ``host-b``."""
+
+    async def place(self, session_id: str, stale: str | None = None) -> str:
+        self.asked.append(f"place {session_id}")
+        return "host-a"
+
+
+async def test_a_child_that_moved_off_this_host_is_not_fresh_on_the_full_path() -> None:
+    sub, router = _SubAgents(SessionMoved("not here")), _MovedRouter("host-b")
+    children = RayChildren(sub, router, "shop#1", _own)  # type: ignore[arg-type]
+    await children.run(FRESH, _deliver)
+    [(light, *_)] = router.child_run.calls
+    assert light.fresh is False

@@ -230,17 +230,23 @@ class SessionRunner:
 
         A write plans too (``_commit_locked`` runs the planner over the state it makes), so a
         request to plan that arrives while events are queued costs no pass of its own.
+
+        Sub-agents' held batches go along with queued events, or on their own once due (a call's
+        first visible part, or the nested delay over); a planning pass alone leaves them held.
+        It took them, and a parent's step ending as its delegate call started (the pass that
+        plans after it) wrote the child's first snapshot on its own, ahead of the child's first
+        text: one parent write in nine of a ``bench shop`` turn, gone.
         """
-        if self._nested is not None:
-            self._nested.cancel_timer()
         try:
             while self._queue or self._plan or (self._nested is not None and self._nested.due()):
                 async with self._lock:
                     plan, self._plan = self._plan, False
                     items, self._queue = self._queue, []
                     events = [e for batch, _ in items for e in batch]
-                    if self._nested is not None:
-                        events[:0] = self._nested.take()
+                    nested = self._nested  # made at the first batch, perhaps during this drain
+                    if nested is not None and (events or nested.due()):
+                        nested.cancel_timer()  # this write takes them along
+                        events[:0] = nested.take()
                     try:
                         applied = await self._commit_locked(events) if events or plan else []
                     except BaseException as error:
@@ -260,7 +266,7 @@ class SessionRunner:
             if self._queue and not self._closed:
                 self._request_drain()
             elif self._nested is not None and not self._closed and self._nested.ready():
-                self._nested.wait()  # batches that came during the writes: after the nested delay
+                self._nested.wait()  # batches still held: after the nested delay (a timer armed already runs on)
 
     async def _commit_locked(self, events: Sequence[Event]) -> list[Applied]:
         """Append ``events`` and whatever the planner decides follows them, as one batch.

@@ -305,3 +305,47 @@ async def test_batches_that_come_during_a_write_wait_for_the_delay_not_for_the_w
         nested = [e for e in await rt.store.read("boss-1") if e.type == "ai.nested"]
         assert len(nested) == 2  # the rest went with the call's end
         assert runner.state.messages[-1].parts[0].agent.messages[-1].text == "one two three "
+
+
+class _Quiet:
+    """A child's model that waits at ``gate`` before its first text."""
+
+    def __init__(self) -> None:
+        self.gate = Gate()
+
+    @property
+    def name(self) -> str:
+        return "quiet"
+
+    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
+        await self.gate.wait()
+        yield TextDelta("found it")
+        yield StepFinish(finish_reason="stop")
+
+
+async def test_a_planning_pass_leaves_the_held_batches_for_the_first_visible_part(tmp_path: Path) -> None:
+    # A pass that only plans (a step or a tool ended) wrote whatever the inbox held: the child's
+    # first snapshot, on its own, as the parent's step ended beside its delegate call's start. It
+    # is no part a client waits for: it goes with the call's first visible part.
+    quiet = _Quiet()
+    parent = Agent(
+        "boss",
+        "Delegate.",
+        ScriptedModel([[{"tool": "delegate_to_quiet", "input": {"task": "look"}}], [{"text": "Done."}]]),
+        agents=[Agent("quiet", "Look.", quiet)],
+    )
+    async with LocalRuntime(store=f"sqlite:///{tmp_path / 's.db'}", nested_delay=60.0) as rt:
+        session = rt.session("boss-1", agent=parent)
+        turn = await session.prompt("go")
+        await quiet.gate.reached(TIMEOUT)
+        assert rt.host is not None
+        runner = rt.host.hosted["boss-1"].runner
+        await eventually(lambda: runner._nested is not None and runner._nested._held, TIMEOUT, what="the first batch")
+        runner._kick()  # a planning pass
+        await eventually(lambda: not runner._draining and not runner._plan, TIMEOUT, what="the pass is over")
+        assert [e for e in await rt.store.read("boss-1") if e.type == "ai.nested"] == []
+        quiet.gate.open()
+        assert (await asyncio.wait_for(turn.finished, TIMEOUT)).success
+        nested = [e.data for e in await rt.store.read("boss-1") if isinstance(e.data, Nested)]
+        kinds = [a.part.type for a in nested[0].actions if isinstance(a, ApplyPart)]
+        assert kinds[:2] == ["nested-run", "text-delta"]  # the snapshot went with the first text

@@ -255,13 +255,13 @@ class SessionHost:
 
         async def listen(applied: Sequence[Applied], state: AIState, index: int) -> None:
             if hub.interested(session_id):
-                # Event by event, so a step's start, its parts and its finish keep their order.
-                mutations: list[dict[str, Any]] = []
-                previous = hosted.last_state
-                for item in applied:
-                    mutations.extend(diff(previous, item.state, item.event.index))
-                    previous = item.state
-                hub.publish(session_id, index, mutations)
+                # One diff per write, from the state before it to the state after, stamped with its
+                # last index: a client ends at the same state, and what it never sees are the states
+                # inside one write, which no snapshot or resume can start from either (both are taken
+                # at a write's end; an SSE catch-up is such a diff too). Event by event, a write of a
+                # step's last text, its finish and the next tool's start made three diffs and sent
+                # the turn and the info three times.
+                hub.publish(session_id, index, diff(hosted.last_state, state, index))
             else:
                 hub.note_index(session_id, index)
             hosted.last_state = state

@@ -138,9 +138,11 @@ def _diff_run(
 ) -> None:
     if old is new:
         return
+    # The messages first: a diff can span a whole write (a run's last text and its end), and a
+    # client that sees the run end has its last text by then (and settles it: ``ClientView``).
+    _diff_messages(old.messages, new.messages, path, out)
     if old.status != new.status or old.error != new.error:
         out.append({"type": "status", "path": list(path), **run_status_to_wire(new)})
-    _diff_messages(old.messages, new.messages, path, out)
 
 
 def _diff_messages(

@@ -227,8 +227,11 @@ async def test_preliminary_outputs_are_throttled() -> None:
             preliminary = [c for c in chunks if c.get("preliminary")]
             texts = [c["output"]["text"] for c in preliminary]
             if throttle == 0.0:
-                assert len(preliminary) >= 2 and "First, " in texts and texts[-1] == "First, then more."
+                assert len(preliminary) >= 2 and "First, " in texts
                 assert texts == sorted(texts, key=len)  # each shows more of the run
+                # The run's last text may come in the write that ends the call: then the final
+                # output shows it (a host diffs each write as a whole, so no preliminary before it).
+                assert all("First, then more.".startswith(text) for text in texts)
             else:
                 assert len(preliminary) == 1  # the first is immediate; later ones wait for the interval
             final = [c for c in chunks if c["type"] == "tool-output-available"][-1]

@@ -5,7 +5,8 @@ index, and an event carries everything up to that index:
 
 - ``event: snapshot`` — ``{"index": N, "state": <state JSON>}``, the whole state at ``N``. Sent
   first on a fresh connection, and again whenever the subscription had to start over (``reset``).
-- ``event: mutations`` — ``{"index": N, "mutations": [...]}``, every mutation of log index ``N``
+- ``event: mutations`` — ``{"index": N, "mutations": [...]}``, the mutations that bring a client
+  to log index ``N``: a host diffs each write as a whole, so ``N`` is the last index of a write
   (a reconnect's catch-up is one such event: the diff from the client's index to now).
 
 A reconnecting client sends the last id it saw as ``Last-Event-ID`` (or ``?after=``). The

@@ -62,6 +62,27 @@ def bench_fold_command(
     _write_json(json_file, {**dataclasses.asdict(figures), "us_per_event": round(figures.us_per_event, 2)})
 
 
+@bench_app.command("instructions")
+def bench_instructions_command(
+    low: Annotated[int, typer.Option(min=1, help="Sessions in the smaller counted run.")] = 20,
+    high: Annotated[int, typer.Option(min=2, help="Sessions in the larger counted run.")] = 60,
+    chunk: Annotated[
+        int,
+        typer.Option(min=1, help="Characters per text chunk (1000: each text one chunk; see the module's docstring)."),
+    ] = 1000,
+    json_file: Annotated[Path | None, typer.Option("--json", help="Also write the figures to this JSON file.")] = None,
+) -> None:
+    """Instructions per shop session under callgrind (in process): a CPU figure the machine's speed does not move."""
+    from orchestrator.surfaces.bench.instructions import bench_instructions, format_instructions
+
+    figures = bench_instructions(low=low, high=high, chunk=chunk)
+    stdout().print(format_instructions(figures), highlight=False, soft_wrap=True)
+    _write_json(
+        json_file,
+        {**dataclasses.asdict(figures), "per_session": round(figures.per_session), "per_turn": round(figures.per_turn)},
+    )
+
+
 @bench_app.command("long")
 def bench_long_command(
     turns: Annotated[int, typer.Option(min=1, help="Turns in each conversation.")] = 2000,

@@ -1,0 +1,161 @@
+"""``troupe bench instructions``: a shop session's CPU as instructions, which the machine's speed does not move.
+
+These VMs change speed by up to 2x from one hour to the next, and a change that saves 3 % of a
+session's CPU is lost in that: two timed runs of the same code differ by more. Instructions move
+far less: ``valgrind --tool=callgrind`` counts every instruction the process executes (the loop,
+the store's writes, the live views), and the same code on the same inputs gives nearly the same
+count however busy or slow the machine is (round thirty-five: 4.794 and 4.761 G for one whole run
+repeated, 5.068 and 5.072 G for another).
+
+The workload is the shop's (``actors.bench.shop``), in one process (``LocalRuntime``, SQLite with
+the writer on the loop as a host has it, uvloop, ``tune_gc``): a few sessions to warm up, then
+``low`` sessions at once, each three turns watched by a live view and verified. The same is run
+with ``high`` sessions, and the difference over ``high - low`` is what one session costs: the
+interpreter's start, the imports and the warm-up are the same in both and cancel. The two runs
+go side by side (a core each): callgrind runs a program ~50x slower, so ``20`` and ``60``
+sessions take two to three minutes. The per-session figure of two runs of the same code differs
+by ~1-3 % (48.06 and 49.29 M; 45.20 and 47.59 M, at 20 and 40).
+
+Each text is one chunk by default (``chunk`` 1000): what a turn costs, its events and writes, its
+steps, tools, sub-agent and live view. At 4-character chunks the count measures the timers more
+than the code: callgrind slows the program ~50x while a step's flush timers keep real time, so a
+step writes its parts in far more, smaller writes than it would (194 M instructions a session
+against 48 M with one chunk a text, where on Ray a session's CPU is ~1.3x). The chunks' own cost
+is ``bench shop --chunk``'s to measure.
+
+Instructions are not time: a cache miss or a system call costs more than its count says, and
+code that waits costs nothing. They answer whether a change made a session do less work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.core.errors import UsageError
+
+__all__ = ["InstructionFigures", "bench_instructions", "format_instructions", "parse_total"]
+
+WARMUP = 5
+"""Sessions run first in every measured process, before the ``low`` or ``high`` ones."""
+_TOTAL = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class InstructionFigures:
+    """What ``bench_instructions`` counted."""
+
+    low: int
+    """Sessions in the smaller run."""
+    high: int
+    """Sessions in the larger run."""
+    chunk: int
+    """Characters per text chunk (4: the workload compared with LangGraph)."""
+    low_total: int
+    """Instructions of the whole smaller run (the process's start and imports included)."""
+    high_total: int
+    """Instructions of the whole larger run."""
+
+    @property
+    def per_session(self) -> float:
+        """Instructions one session (three turns, its sub-agent and its live view) adds."""
+        return (self.high_total - self.low_total) / (self.high - self.low)
+
+    @property
+    def per_turn(self) -> float:
+        """``per_session`` over its three turns."""
+        return self.per_session / 3
+
+
+def parse_total(callgrind_out: str) -> int:
+    """The instruction count of a callgrind output file's text (its ``summary:`` or ``totals:`` line).
+
+    Raises:
+        UsageError: the text holds neither (not a callgrind output).
+    """
+    found = _TOTAL.search(callgrind_out)
+    if found is None:
+        raise UsageError("the callgrind output has no summary line: was it written by valgrind --tool=callgrind?")
+    return int(found.group(1))
+
+
+def bench_instructions(*, low: int = 20, high: int = 60, chunk: int = 1000) -> InstructionFigures:
+    """Count the instructions of ``low`` and of ``high`` shop sessions, side by side under callgrind.
+
+    Raises:
+        UsageError: bad sizes, or valgrind is missing (with the fix), or a run failed (with its output).
+    """
+    if not 0 < low < high:
+        raise UsageError(f"the sizes must be 0 < low < high, got low={low} and high={high}: e.g. --low 20 --high 40")
+    if chunk < 1:
+        raise UsageError(f"--chunk must be at least 1 character, got {chunk}")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise UsageError("bench instructions needs valgrind: apt-get install valgrind (or your system's package)")
+    with tempfile.TemporaryDirectory(prefix="troupe-instructions-") as scratch:
+        runs = []
+        for sessions in (low, high):
+            out = Path(scratch) / f"callgrind.{sessions}"
+            command = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+            command += ["-m", __name__, "--sessions", str(sessions), "--chunk", str(chunk), "--dir", scratch]
+            runs.append((out, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+        totals = []
+        for out, run in runs:
+            output, _ = run.communicate()
+            if run.returncode != 0 or not out.exists():
+                tail = output.decode(errors="replace")[-2000:]
+                raise UsageError(f"a counted run failed (exit {run.returncode}); its last output:\n{tail}")
+            totals.append(parse_total(out.read_text(errors="replace")))
+    return InstructionFigures(low, high, chunk, totals[0], totals[1])
+
+
+def format_instructions(figures: InstructionFigures) -> str:
+    """The per-session figure and what it came from."""
+    return (
+        f"shop session (three turns, a sub-agent, a live view; chunks of {figures.chunk}), in one process: "
+        f"{figures.per_session / 1e6:.2f} M instructions ({figures.per_turn / 1e6:.2f} M a turn), "
+        f"from {figures.low} sessions ({figures.low_total / 1e9:.3f} G in all) "
+        f"and {figures.high} ({figures.high_total / 1e9:.3f} G)"
+    )
+
+
+async def _workload(sessions: int, chunk: int, directory: str) -> None:
+    from actors.bench.shop import shop_agent, shop_session
+    from actors.local import LocalRuntime
+
+    store = f"sqlite:///{Path(directory) / f'shop-{sessions}.db'}?writer=inline"
+    async with LocalRuntime(store=store) as runtime:
+        agent = shop_agent(chunk)
+        warm = [runtime.session(f"warm-{i}", agent=agent) for i in range(WARMUP)]
+        await asyncio.gather(*(shop_session(s, [], chunk) for s in warm))
+        measured = [runtime.session(f"shop-{i}", agent=agent) for i in range(sessions)]
+        await asyncio.gather(*(shop_session(s, [], chunk) for s in measured))
+
+
+def _main() -> None:
+    """The counted process: ``python -m orchestrator.surfaces.bench.instructions --sessions N``."""
+    from orchestrator.run.gc_tuning import tune_gc
+
+    parser = argparse.ArgumentParser(description="The shop workload in one process, for callgrind to count.")
+    parser.add_argument("--sessions", type=int, required=True)
+    parser.add_argument("--chunk", type=int, default=4)
+    parser.add_argument("--dir", required=True)
+    args = parser.parse_args()
+    tune_gc()
+    try:
+        import uvloop  # a host's loop
+    except ImportError:
+        asyncio.run(_workload(args.sessions, args.chunk, args.dir))
+    else:
+        uvloop.run(_workload(args.sessions, args.chunk, args.dir))
+
+
+if __name__ == "__main__":
+    _main()

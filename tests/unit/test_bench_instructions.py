@@ -1,0 +1,64 @@
+"""``troupe bench instructions``: a shop session's instructions, counted under callgrind.
+
+Counting is slow (callgrind runs the workload ~50x slower), so the real count runs once, with
+the smallest sizes, and is marked slow; the rest checks what surrounds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.core.errors import UsageError
+from orchestrator.surfaces.bench.instructions import InstructionFigures, bench_instructions, parse_total
+from orchestrator.surfaces.cli.main import app
+
+
+def test_the_total_is_read_from_callgrinds_summary_or_totals_line() -> None:
+    assert parse_total("events: Ir\nsummary: 4770102772\n") == 4770102772
+    assert parse_total("fl=x\ntotals: 123\n") == 123
+    with pytest.raises(UsageError, match="no summary line"):
+        parse_total("not a callgrind file")
+
+
+def test_a_session_is_the_difference_over_the_sessions_between_the_two_runs() -> None:
+    figures = InstructionFigures(20, 40, 4, 4_789_000_000, 5_815_000_000)
+    assert figures.per_session == pytest.approx(51_300_000)  # start-up and warm-up cancel
+    assert figures.per_turn == pytest.approx(17_100_000)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "chunk", "says"), [(20, 20, 4, "0 < low < high"), (0, 5, 4, "0 < low"), (1, 2, 0, "--chunk")]
+)
+def test_bad_sizes_say_what_to_pass(low: int, high: int, chunk: int, says: str) -> None:
+    with pytest.raises(UsageError, match=says):
+        bench_instructions(low=low, high=high, chunk=chunk)
+
+
+def test_without_valgrind_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(UsageError, match="apt-get install valgrind"):
+        bench_instructions(low=1, high=2)
+
+
+@pytest.mark.slow
+def test_the_command_counts_a_session(tmp_path: Path) -> None:
+    if shutil.which("valgrind") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("valgrind is missing; CI must run the instruction count (.ci/run installs it)", pytrace=False)
+        pytest.skip("valgrind is not installed (apt-get install valgrind)")
+    out = tmp_path / "figures.json"
+    result = CliRunner().invoke(
+        app, ["bench", "instructions", "--low", "1", "--high", "2", "--chunk", "1000", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "M instructions" in result.output
+    figures = json.loads(out.read_text())
+    # One session, its three turns, a sub-agent and a live view: tens of millions of instructions
+    # (~50 M in round thirty-five), never nothing and never the start-up's billions.
+    assert 5e6 < figures["per_session"] < 500e6, figures

@@ -233,9 +233,9 @@ class SessionRunner:
 
         Sub-agents' held batches go along with queued events, or on their own once due (a call's
         first visible part, or the nested delay over); a planning pass alone leaves them held.
-        It took them, and a parent's step ending as its delegate call started (the pass that
-        plans after it) wrote the child's first snapshot on its own, ahead of the child's first
-        text: one parent write in nine of a ``bench shop`` turn, gone.
+        (One that took them wrote a child's first snapshot on its own as the parent's step ended
+        beside its delegate call's start, a write ahead of the child's first text: one parent
+        write in nine of a ``bench shop`` turn.)
         """
         try:
             while self._queue or self._plan or (self._nested is not None and self._nested.due()):

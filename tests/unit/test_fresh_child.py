@@ -8,38 +8,19 @@ parent recovered, its call running again) reads the child's log as before.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
 
 from orchestrator.core.commands import SendInput
 from orchestrator.core.events import Event
-from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
-from orchestrator.models.base import CancelSignal, ModelAdapter, ModelRequest
+from orchestrator.models.base import ModelAdapter
 from orchestrator.run.agent import Agent
 from orchestrator.run.inprocess import LocalSessions
 from orchestrator.store.base import Snapshot
 from orchestrator.store.memory import MemoryStore
 from orchestrator.testing import ScriptedModel
+from tests.fixtures.agents import GatedModel
 
 TIMEOUT = 10.0
-
-
-class HeldModel:
-    """Streams a part, then waits until ``go`` is set (a sub-agent caught mid-run by a crash)."""
-
-    name = "held"
-
-    def __init__(self) -> None:
-        self.reached = asyncio.Event()
-        self.go = asyncio.Event()
-
-    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        yield TextDelta("looking ")
-        self.reached.set()
-        await self.go.wait()
-        yield TextDelta("found: 4.99")
-        yield StepFinish({"inputTokens": 1, "outputTokens": 1}, "stop")
 
 
 def delegating_shop(researcher_model: ModelAdapter | None = None) -> Agent:
@@ -92,17 +73,17 @@ async def test_a_delegate_calls_child_is_opened_without_reading_its_log() -> Non
 async def test_a_reattached_child_reads_its_log() -> None:
     """The parent's delegate call runs again after a crash: its child is not fresh any more."""
     store = CountingStore()
-    held = HeldModel()
+    held = GatedModel("looking ", "found: 4.99", name="held")
     sessions = LocalSessions(store)
     try:
         runner = await sessions.open("s", delegating_shop(held))
         await runner.submit(SendInput("in-1", "two mugs"))
-        await asyncio.wait_for(held.reached.wait(), TIMEOUT)
+        await held.gate.reached(TIMEOUT)
     finally:
         await sessions.close()  # a crash, as far as the log can tell
     [child] = [s.session_id for s in await store.list_sessions() if "/" in s.session_id]
     assert store.reads[child] == 0
-    held.go.set()
+    held.gate.open()
     again = LocalSessions(store)
     try:
         runner = await again.open("s", delegating_shop(held))

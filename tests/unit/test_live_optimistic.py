@@ -29,10 +29,10 @@ from orchestrator.core.commands import (
 from orchestrator.core.contract import Contract, Reducer
 from orchestrator.core.events import Event
 from orchestrator.core.optimistic import optimistic, settled
-from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta, ToolCall
-from orchestrator.models.base import CancelSignal, ModelRequest
+from orchestrator.core.stream import TextDelta, ToolCall
 from orchestrator.run.agent import Agent
 from orchestrator.testing import Gate, ScriptedModel
+from tests.fixtures.agents import GatedModel
 from tools import tool
 
 from .driver import Driver
@@ -77,23 +77,6 @@ async def live_view(session: Session) -> LiveView:
     return view
 
 
-class GatedModel:
-    """Starts every step with "Working.", then waits at ``gate`` before it finishes."""
-
-    def __init__(self) -> None:
-        self.gate = Gate()
-        GATES.append(self.gate)
-
-    @property
-    def name(self) -> str:
-        return "gated"
-
-    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        yield TextDelta("Working.")
-        await self.gate.wait()
-        yield StepFinish(finish_reason="stop")
-
-
 class Lag:
     """Holds the view's next batch (and every later one) until ``gate.open()``: the view lags."""
 
@@ -124,7 +107,8 @@ def queued(state: AIState) -> list[str]:
 
 async def running(rt: LocalRuntime, name: str) -> tuple[LiveView, GatedModel]:
     """A live view on a session whose turn t1 is generating, held by its model."""
-    model = GatedModel()
+    model = GatedModel("Working.")
+    GATES.append(model.gate)
     session = rt.session(name, agent=Agent("a", "x", model, contract=NOTES))
     live = await live_view(session)
     await session.send("hi", id="u-1")

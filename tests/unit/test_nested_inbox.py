@@ -29,6 +29,7 @@ from orchestrator.run.children import ChildBatch
 from orchestrator.run.nested import NestedInbox
 from orchestrator.run.pacing import StreamPacer
 from orchestrator.testing import Gate, ScriptedModel, eventually
+from tests.fixtures.agents import GatedModel
 
 TIMEOUT = 30
 
@@ -307,27 +308,11 @@ async def test_batches_that_come_during_a_write_wait_for_the_delay_not_for_the_w
         assert runner.state.messages[-1].parts[0].agent.messages[-1].text == "one two three "
 
 
-class _Quiet:
-    """A child's model that waits at ``gate`` before its first text."""
-
-    def __init__(self) -> None:
-        self.gate = Gate()
-
-    @property
-    def name(self) -> str:
-        return "quiet"
-
-    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        await self.gate.wait()
-        yield TextDelta("found it")
-        yield StepFinish(finish_reason="stop")
-
-
 async def test_a_planning_pass_leaves_the_held_batches_for_the_first_visible_part(tmp_path: Path) -> None:
     # A pass that only plans (a step or a tool ended) wrote whatever the inbox held: the child's
     # first snapshot, on its own, as the parent's step ended beside its delegate call's start. It
     # is no part a client waits for: it goes with the call's first visible part.
-    quiet = _Quiet()
+    quiet = GatedModel(after="found it", name="quiet")
     parent = Agent(
         "boss",
         "Delegate.",

@@ -19,30 +19,18 @@ from orchestrator.core.events import Event
 from orchestrator.core.fold import DENIED, INTERRUPTED, fold_events
 from orchestrator.core.parts import AgentMessage, CompactionPart, NestedRun, ToolPart
 from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
-from orchestrator.models.base import CancelSignal, ModelRequest
+from orchestrator.models.base import ModelRequest
 from orchestrator.run.agent import Agent, Compaction, MetadataContext, ResolverContext
 from orchestrator.run.children import ChildBatch, ChildRequest, ChildResult, Deliver
 from orchestrator.run.inprocess import LocalChildren, LocalSessions
 from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import EventStore
-from orchestrator.testing import FunctionModel, ScriptedModel, eventually
-from tests.fixtures.agents import Counter, approving_tree, cart_tool
+from orchestrator.testing import FunctionModel, Gate, ScriptedModel, eventually
+from tests.fixtures.agents import Counter, GatedModel, approving_tree, cart_tool
 from tools import Recovery, StaticTools, Tool, ToolContext, tool
 
 TIMEOUT = 10
-
-
-class Gate:
-    """A point where a model or tool stops until the test lets it go."""
-
-    def __init__(self) -> None:
-        self.reached = asyncio.Event()
-        self.open = asyncio.Event()
-
-    async def wait(self) -> None:
-        self.reached.set()
-        await self.open.wait()
 
 
 @pytest.fixture
@@ -127,19 +115,19 @@ async def test_wait_for_returns_the_state_that_holds_or_times_out_and_forgets_th
 
 
 async def test_watch_input_calls_back_once_when_the_turn_ends_and_not_before(sessions: LocalSessions) -> None:
-    model = GatedModel("first ", "second")
+    model = GatedModel("first ", "second", first_only=True)
     runner = await sessions.open("s-1", Agent("a", "x", model, settings={}))
     with pytest.raises(UsageError, match="turn_of"):
         runner.watch_input("u-1", print)  # not sent yet: unknown here
     await runner.submit(SendInput("u-1", "go"))
-    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await model.gate.reached(TIMEOUT)
     heard: list[Any] = []
     cancelled: list[Any] = []
     runner.watch_input("u-1", heard.append)
     runner.watch_input("u-1", cancelled.append)()  # cancelled at once: never called
     await asyncio.sleep(0.05)
     assert heard == [] and runner._waiters == 0  # nothing waits as a task, nothing woken per write
-    model.gate.open.set()
+    model.gate.open()
     await runner.wait_input("u-1", timeout=TIMEOUT)
     assert [(o.outcome, o.text) for o in heard] == [("completed", "first second")]
     assert cancelled == [] and runner._ledger.watchers == []
@@ -151,10 +139,10 @@ async def test_watch_input_calls_back_once_when_the_turn_ends_and_not_before(ses
 
 
 async def test_watch_input_hears_none_when_the_runner_closes_first(sessions: LocalSessions) -> None:
-    model = GatedModel("first ", "second")
+    model = GatedModel("first ", "second", first_only=True)
     runner = await sessions.open("s-1", Agent("a", "x", model, settings={}))
     await runner.submit(SendInput("u-1", "go"))
-    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await model.gate.reached(TIMEOUT)
     heard: list[Any] = []
 
     def broken(outcome: Any) -> None:
@@ -271,12 +259,12 @@ async def test_a_delegate_that_finished_sends_its_child_no_stop(
 
 async def delegating_to_a_held_child(sessions: LocalSessions, then: str) -> tuple[SessionRunner, GatedModel]:
     """A session whose delegate call runs a child held at its model's gate; the parent then says ``then``."""
-    model = GatedModel("looking ", "found")
+    model = GatedModel("looking ", "found", first_only=True)
     researcher = Agent("researcher", "Research.", model)
     script = ScriptedModel([[{"tool": "delegate_to_researcher", "input": {"task": "look"}}], [{"text": then}]])
     runner = await sessions.open("s-1", Agent("shop", "Shop.", script, agents=[researcher]))
     await runner.submit(SendInput("u-1", "go"))
-    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await model.gate.reached(TIMEOUT)
     return runner, model
 
 
@@ -326,19 +314,19 @@ async def test_a_pause_now_while_a_finished_delegate_s_result_waits_to_be_writte
     pushing = asyncio.ensure_future(runner.push([Event("note-1", "app.note", {})]))
     first, outcome = holds[0], holds[2]
     assert first is not None and outcome is not None
-    await asyncio.wait_for(first.reached.wait(), TIMEOUT)
-    model.gate.open.set()  # the child ends its turn; the delegate queues its outcome
+    await first.reached(TIMEOUT)
+    model.gate.open()  # the child ends its turn; the delegate queues its outcome
     work = runner._calls.running[call(runner.state, "delegate_to_researcher").id]
     await eventually(lambda: work.settling, TIMEOUT, what="the delegate's outcome is queued")
     pausing = asyncio.ensure_future(runner.submit(PauseSession("p-1", "now")))
     await eventually(lambda: bool(runner._lock._waiters), TIMEOUT, what="the pause waits for the lock")
-    first.open.set()  # the pause takes the lock before the queued outcome is written
+    first.open()  # the pause takes the lock before the queued outcome is written
     await asyncio.wait_for(asyncio.gather(pushing, pausing), TIMEOUT)
-    await asyncio.wait_for(outcome.reached.wait(), TIMEOUT)
+    await outcome.reached(TIMEOUT)
     # Everything else that is ready runs now (all in this loop, on a memory store): the pause
     # cancels the session's work while the outcome is not yet durable.
     await asyncio.sleep(0.05)
-    outcome.open.set()
+    outcome.open()
     await eventually(
         lambda: not runner._cancelling and runner.state.tools[work.call_id].final, TIMEOUT, what="the pause is done"
     )
@@ -600,7 +588,7 @@ async def test_stop_mid_tool_cancels_the_call(sessions: LocalSessions) -> None:
     model = ScriptedModel([[{"tool": "wait_forever", "input": {}}], [{"text": "unreachable"}]])
     runner = await sessions.open("s-1", Agent("a", "x", model, tools=[wait_forever]))
     await runner.submit(SendInput("u-1", "go"))
-    await asyncio.wait_for(gate.reached.wait(), TIMEOUT)
+    await gate.reached(TIMEOUT)
     await runner.submit(StopTurn("x-1"))
     outcome = await runner.wait_input("u-1", timeout=TIMEOUT)
     assert outcome.outcome == "stopped"
@@ -610,35 +598,14 @@ async def test_stop_mid_tool_cancels_the_call(sessions: LocalSessions) -> None:
     assert len(model.requests) == 1
 
 
-class GatedModel:
-    """Streams ``before``, waits at the gate, then streams ``after`` (the first time only)."""
-
-    def __init__(self, before: str, after: str) -> None:
-        self.gate = Gate()
-        self.before, self.after = before, after
-        self.requests: list[ModelRequest] = []
-
-    @property
-    def name(self) -> str:
-        return "gated"
-
-    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        self.requests.append(request)
-        yield TextDelta(self.before)
-        if len(self.requests) == 1:
-            await self.gate.wait()
-        yield TextDelta(self.after)
-        yield StepFinish({"inputTokens": 10, "outputTokens": 2}, "stop")
-
-
 async def test_retry_supersedes_a_running_generation_and_drops_its_later_parts(sessions: LocalSessions) -> None:
-    model = GatedModel("first ", "LATE")
+    model = GatedModel("first ", "LATE", first_only=True)
     runner = await sessions.open("s-1", Agent("a", "x", model, settings={}))
     await runner.submit(SendInput("u-1", "go"))
-    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await model.gate.reached(TIMEOUT)
     await runner.wait_for(lambda s: "first" in s.messages[-1].text, TIMEOUT)
     await runner.submit(RetryTurn("r-1"))
-    model.gate.open.set()
+    model.gate.open()
     await runner.wait_for(lambda s: s.turns == 2 and s.active is None, TIMEOUT)
     texts = [m.text for m in runner.state.messages]
     assert texts == ["go", "first LATE"]
@@ -650,10 +617,10 @@ async def test_retry_supersedes_a_running_generation_and_drops_its_later_parts(s
 
 
 async def test_pause_now_cancels_the_running_step_and_resume_runs_it_again(sessions: LocalSessions) -> None:
-    model = GatedModel("partial ", "rest")
+    model = GatedModel("partial ", "rest", first_only=True)
     runner = await sessions.open("s-1", Agent("a", "x", model))
     await runner.submit(SendInput("u-1", "go"))
-    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await model.gate.reached(TIMEOUT)
     await runner.submit(PauseSession("p-1", "now"))
     state = await runner.wait_for(lambda s: s.active is not None and s.active.phase == "paused", TIMEOUT)
     assert state.messages[-1].role == "user"  # the cut step's partial output was rolled back
@@ -807,12 +774,12 @@ async def crash_and_reopen(store: EventStore, agent: Agent, old: LocalSessions) 
 
 
 async def test_recovery_restarts_a_running_model_step_at_the_same_position(store: EventStore) -> None:
-    model = GatedModel("Hel", "lo")
+    model = GatedModel("Hel", "lo", first_only=True)
     agent = Agent("a", "x", model)
     first = LocalSessions(store)
     runner = await first.open("s-1", agent)
     await runner.submit(SendInput("u-1", "hi"))
-    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await model.gate.reached(TIMEOUT)
     await runner.wait_for(lambda s: s.messages[-1].text == "Hel", TIMEOUT)
     second, runner = await crash_and_reopen(store, agent, first)
     try:
@@ -848,7 +815,7 @@ async def test_recovery_runs_a_rerun_tool_again(store: EventStore) -> None:
     first = LocalSessions(store)
     runner = await first.open("s-1", agent)
     await runner.submit(SendInput("u-1", "pay"))
-    await asyncio.wait_for(gate.reached.wait(), TIMEOUT)
+    await gate.reached(TIMEOUT)
     second, runner = await crash_and_reopen(store, agent, first)
     try:
         await runner.wait_for(lambda s: s.active is None, TIMEOUT)
@@ -866,7 +833,7 @@ async def test_recovery_reports_an_interrupted_report_tool_exactly_once(store: E
     first = LocalSessions(store)
     runner = await first.open("s-1", agent)
     await runner.submit(SendInput("u-1", "pay"))
-    await asyncio.wait_for(gate.reached.wait(), TIMEOUT)
+    await gate.reached(TIMEOUT)
     second, runner = await crash_and_reopen(store, agent, first)
     try:
         await runner.wait_for(lambda s: s.active is None, TIMEOUT)
@@ -903,7 +870,7 @@ async def test_recovery_keeps_the_policy_a_dynamic_tools_start_recorded(store: E
     first = LocalSessions(store)
     runner = await first.open("s-1", before)
     await runner.submit(SendInput("u-1", "pay"))
-    await asyncio.wait_for(gate.reached.wait(), TIMEOUT)
+    await gate.reached(TIMEOUT)
     started = [e for e in await store.read("s-1") if e.type == ai.TOOL_STARTED]
     assert [e.payload.get("recovery") for e in started] == ["report"]
     second, runner = await crash_and_reopen(store, replace(before, tools=[Source([])]), first)
@@ -964,7 +931,7 @@ async def test_recovery_runs_a_tool_that_was_scheduled_but_never_started(store: 
 
 
 async def test_recovery_reattaches_a_running_sub_agent(store: EventStore) -> None:
-    model = GatedModel("Resear", "ched.")
+    model = GatedModel("Resear", "ched.", first_only=True)
     researcher = Agent("researcher", "Research.", model)
     shop = Agent(
         "shop",
@@ -975,7 +942,7 @@ async def test_recovery_reattaches_a_running_sub_agent(store: EventStore) -> Non
     first = LocalSessions(store)
     runner = await first.open("s-1", shop)
     await runner.submit(SendInput("u-1", "research"))
-    await asyncio.wait_for(model.gate.reached.wait(), TIMEOUT)
+    await model.gate.reached(TIMEOUT)
     await runner.wait_for(lambda s: "Resear" in str(call(s, "delegate_to_researcher").agent), TIMEOUT)
     second, runner = await crash_and_reopen(store, shop, first)
     try:

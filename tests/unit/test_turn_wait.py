@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 from actors.hub import MutationHub, WaitFailed
 from actors.local import LocalRuntime
-from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
-from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.run.agent import Agent
-from orchestrator.testing import Gate, ScriptedModel, eventually
+from orchestrator.testing import ScriptedModel, eventually
+from tests.fixtures.agents import GatedModel
 
 TIMEOUT = 10
 
@@ -60,27 +58,10 @@ async def test_a_late_waiter_still_learns_how_the_turn_ended(rt: LocalRuntime) -
     assert (result.outcome, result.text) == ("completed", "Done.")
 
 
-class HeldModel:
-    """Says "Held.", after waiting at ``gate`` on its first request only (a recovered turn runs through)."""
-
-    name = "held"
-
-    def __init__(self) -> None:
-        self.gate = Gate()
-        self.requests = 0
-
-    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        self.requests += 1
-        if self.requests == 1:
-            await self.gate.wait()
-        yield TextDelta("Held.")
-        yield StepFinish(None, "stop")
-
-
-async def held_turn(rt: LocalRuntime, session_id: str) -> tuple[HeldModel, asyncio.Future[Any]]:
+async def held_turn(rt: LocalRuntime, session_id: str) -> tuple[GatedModel, asyncio.Future[Any]]:
     """A turn that runs until the test opens its model's gate, and a client waiting on it through the polls."""
     assert rt.host is not None
-    model = HeldModel()
+    model = GatedModel(after="Held.", first_only=True, name="held")
     session = rt.session(session_id, agent=Agent("held", "x", model))
     waiting = (await session.prompt("hi")).finished
     await model.gate.reached(TIMEOUT)
@@ -128,7 +109,7 @@ async def test_a_wait_the_host_cannot_serve_falls_back_to_asking_it_directly(rt:
     # settles "ask again", and the client asks the host directly, which recovers the turn.
     assert await host.deactivate("closed")
     result = await asyncio.wait_for(waiting, TIMEOUT)
-    assert result.success and result.text == "Held." and model.requests == 2
+    assert result.success and result.text == "Held." and len(model.requests) == 2
     assert calls.count("wait_input") == 1
     assert host.held()["turn_watches"] == 0
 
@@ -138,7 +119,7 @@ async def test_a_watch_past_its_limit_ends_and_the_client_asks_the_host_directly
     host = rt.host
     host.turn_watches._limit = 0.2
     calls = record_calls(rt)
-    model = HeldModel()
+    model = GatedModel(after="Held.", first_only=True, name="held")
     session = rt.session("long", agent=Agent("held", "x", model))
     waiting = (await session.prompt("hi")).finished
     await model.gate.reached(TIMEOUT)

@@ -142,6 +142,7 @@ async def _workload(sessions: int, chunk: int, directory: str) -> None:
 def _main() -> None:
     """The counted process: ``python -m orchestrator.surfaces.bench.instructions --sessions N``."""
     from orchestrator.run.gc_tuning import tune_gc
+    from orchestrator.surfaces.event_loop import run_async
 
     parser = argparse.ArgumentParser(description="The shop workload in one process, for callgrind to count.")
     parser.add_argument("--sessions", type=int, required=True)
@@ -149,12 +150,7 @@ def _main() -> None:
     parser.add_argument("--dir", required=True)
     args = parser.parse_args()
     tune_gc()
-    try:
-        import uvloop  # a host's loop
-    except ImportError:
-        asyncio.run(_workload(args.sessions, args.chunk, args.dir))
-    else:
-        uvloop.run(_workload(args.sessions, args.chunk, args.dir))
+    run_async(_workload(args.sessions, args.chunk, args.dir))  # on a host's loop (uvloop)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from orchestrator.surfaces.cli.common import fail, run_async, stdout
+from orchestrator.surfaces.cli.common import fail, stdout
+from orchestrator.surfaces.event_loop import run_async
 
 __all__ = ["ACTORS_BENCH", "bench_app", "load_actors_bench", "parse_sizes"]
 

@@ -37,12 +37,12 @@ from orchestrator.surfaces.cli.common import (
     LocalOption,
     StoreOption,
     load_target,
-    run_async,
     started_runtime,
     stdout,
 )
 from orchestrator.surfaces.cli.live import LiveTurn, awaiting_approval, caught_up, last_user_index
 from orchestrator.surfaces.cli.render import render_conversation
+from orchestrator.surfaces.event_loop import run_async
 
 if TYPE_CHECKING:
     from actors.client import LiveView, Session

@@ -8,15 +8,14 @@ dependency direction of the design holds.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -38,11 +37,9 @@ __all__ = [
     "configure_logging",
     "fail",
     "load_target",
-    "loop_runner",
     "open_read_store",
     "ray_temp_dir",
     "report",
-    "run_async",
     "started_runtime",
     "stderr",
     "stdout",
@@ -275,26 +272,3 @@ async def _close_quietly(runtime: BaseRuntime, cleanup: Path | None) -> None:
         await runtime.close()
     if cleanup is not None:
         shutil.rmtree(cleanup, ignore_errors=True)
-
-
-_T = TypeVar("_T")
-
-
-def loop_runner() -> asyncio.Runner:
-    """The event loop a command runs in: uvloop's when installed, else the default one (Windows).
-
-    uvloop's sockets, timers and callbacks are C. A command's process is a client of the hosts
-    (``troupe run``, the benchmarks) or a server: under 500 SSE streams the default loop spent a
-    fifth of the server's time in its transports' ``write``.
-    """
-    try:
-        import uvloop
-    except ImportError:  # a platform without it (Windows): the default loop
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
-
-
-def run_async(main: Coroutine[Any, Any, _T]) -> _T:
-    """``asyncio.run`` on ``loop_runner``'s loop."""
-    with loop_runner() as runner:
-        return runner.run(main)

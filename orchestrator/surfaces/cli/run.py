@@ -28,12 +28,12 @@ from orchestrator.surfaces.cli.common import (
     LocalOption,
     StoreOption,
     load_target,
-    run_async,
     started_runtime,
     stdout,
 )
 from orchestrator.surfaces.cli.live import LiveTurn, awaiting_approval, caught_up
 from orchestrator.surfaces.cli.render import one_line, render_results
+from orchestrator.surfaces.event_loop import run_async
 
 if TYPE_CHECKING:
     from actors.base import BaseRuntime

@@ -21,12 +21,12 @@ from orchestrator.surfaces.cli.common import (
     StoreOption,
     fail,
     load_target,
-    loop_runner,
     started_runtime,
     stderr,
     stdout,
 )
 from orchestrator.surfaces.config.runtime import KEYS_ENV, merge_keys
+from orchestrator.surfaces.event_loop import loop_runner
 
 if TYPE_CHECKING:
     from orchestrator.run.agent import Agent
@@ -104,4 +104,4 @@ def serve_command(
 
 
 server_runner = loop_runner
-"""The event loop a server runs in (``common.loop_runner``: uvloop's when it is installed)."""
+"""The event loop a server runs in (``event_loop.loop_runner``: uvloop's when it is installed)."""

@@ -9,13 +9,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from orchestrator.core.errors import UsageError
-from orchestrator.surfaces.bench.instructions import InstructionFigures, bench_instructions, parse_total
+from orchestrator.surfaces.bench.instructions import (
+    InstructionFigures,
+    _count_from_here,
+    bench_instructions,
+    parse_total,
+)
 from orchestrator.surfaces.cli.main import app
 
 
@@ -28,7 +35,7 @@ def test_the_total_is_read_from_callgrinds_summary_or_totals_line() -> None:
 
 def test_a_session_is_the_difference_over_the_sessions_between_the_two_runs() -> None:
     figures = InstructionFigures(20, 40, 4, 4_789_000_000, 5_815_000_000)
-    assert figures.per_session == pytest.approx(51_300_000)  # start-up and warm-up cancel
+    assert figures.per_session == pytest.approx(51_300_000)  # the close and the exit, in both, cancel
     assert figures.per_turn == pytest.approx(17_100_000)
 
 
@@ -44,6 +51,19 @@ def test_without_valgrind_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(UsageError, match="apt-get install valgrind"):
         bench_instructions(low=1, high=2)
+
+
+def test_a_run_that_ends_before_it_is_warm_fails_with_its_output(tmp_path: Path) -> None:
+    # The counted process died before its warm-up was done (a bad store, an import error): the
+    # error carries its exit code and its last output, and counting is never turned on.
+    run = subprocess.Popen(
+        [sys.executable, "-c", "import sys; print('no such store'); sys.exit(3)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    with pytest.raises(UsageError, match=r"exit 3\); its last output:\nno such store"):
+        _count_from_here(run, tmp_path / "go", "callgrind_control")
+    assert not (tmp_path / "go").exists()
 
 
 @pytest.mark.slow

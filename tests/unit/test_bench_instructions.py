@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.core.errors import UsageError
+from orchestrator.surfaces.bench import instructions
 from orchestrator.surfaces.bench.instructions import (
     InstructionFigures,
     _count_from_here,
@@ -64,6 +65,25 @@ def test_a_run_that_ends_before_it_is_warm_fails_with_its_output(tmp_path: Path)
     with pytest.raises(UsageError, match=r"exit 3\); its last output:\nno such store"):
         _count_from_here(run, tmp_path / "go", "callgrind_control")
     assert not (tmp_path / "go").exists()
+
+
+def test_a_callgrind_control_that_hangs_fails_with_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hangs = tmp_path / "callgrind_control"
+    hangs.write_text("#!/bin/sh\nexec sleep 30\n")
+    hangs.chmod(0o755)
+    monkeypatch.setattr(instructions, "CONTROL_TIMEOUT", 0.2)
+    run = subprocess.Popen(
+        [sys.executable, "-c", f"print({instructions._WARM!r}.decode(), flush=True); import time; time.sleep(30)"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        with pytest.raises(UsageError, match=r"did not turn counting on within 0.2 s.*Run the bench again"):
+            _count_from_here(run, tmp_path / "go", str(hangs))
+        assert not (tmp_path / "go").exists()
+    finally:
+        run.kill()
+        run.communicate()
 
 
 @pytest.mark.slow

@@ -51,6 +51,8 @@ __all__ = ["InstructionFigures", "bench_instructions", "format_instructions", "p
 
 WARMUP = 5
 """Sessions run first in every measured process, before the ``low`` or ``high`` ones."""
+CONTROL_TIMEOUT = 120.0
+"""Seconds ``callgrind_control`` may take to turn a counted run's counting on (it takes well under one)."""
 _WARM = b"warm: turn counting on"
 """What the counted process prints when its warm-up is done."""
 _TOTAL = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
@@ -136,7 +138,15 @@ def _count_from_here(run: subprocess.Popen[bytes], go: Path, control: str) -> No
     if not line:
         rest, _ = run.communicate()  # it ended: what is left of its output (and the pipe closes)
         _failed(run, b"".join(seen) + rest)
-    turned = subprocess.run([control, "--instr=on", str(run.pid)], capture_output=True, text=True, timeout=120)
+    try:
+        turned = subprocess.run(
+            [control, "--instr=on", str(run.pid)], capture_output=True, text=True, timeout=CONTROL_TIMEOUT
+        )
+    except subprocess.TimeoutExpired:
+        raise UsageError(
+            f"callgrind_control did not turn counting on within {CONTROL_TIMEOUT:g} s: is the counted run "
+            "stopped, or another callgrind_control waiting on it? Run the bench again."
+        ) from None
     if turned.returncode != 0:
         raise UsageError(f"callgrind_control could not turn counting on: {(turned.stdout + turned.stderr).strip()}")
     go.touch()

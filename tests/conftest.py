@@ -38,8 +38,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     The integration tests run one after another in one worker, on the one Ray they share, while
     the other takes the unit, contract and browser tests one by one, then the CLI's own-Ray tests
-    (``_SHARED``). Those start the tier's autouse Ray in that worker too, though only their CLI
-    processes use one. xdist's own ``loadgroup`` groups by marks, but it renames node ids, which
+    (``_SHARED``), which start no Ray in the test process (they override the tier's autouse
+    ``ray_session``). xdist's own ``loadgroup`` groups by marks, but it renames node ids, which
     pytest 9.2 no longer allows.
     """
     from xdist.scheduler import LoadScopeScheduling

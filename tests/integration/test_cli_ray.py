@@ -128,6 +128,10 @@ def test_troupe_bench_actors(workdir: Path) -> None:
     assert figures["first_nested_part"]["pooled"]["trials"] == 2
     assert figures["first_nested_part"]["streaming"]["trials"] == 2  # a child still streaming after its first text
     assert "pooled, streaming child" in done.stdout
+    # Dedicated trials in a warm pool: each trial's sessions release their actors, which the next reuses.
+    pool = figures["first_nested_part"]["dedicated"]["pool"]
+    assert pool["actors"] >= 2 and pool["started"] == 0 and pool["shared"] == 0, pool
+    assert "a warm pool of" in done.stdout
     for row in figures["first_nested_part"].values():  # the call, the child's first part, the batch back
         legs_ms = row["legs_p50_ms"]
         assert list(legs_ms) == ["call", "child", "back"] and all(ms >= 0 for ms in legs_ms.values()), legs_ms

@@ -72,6 +72,15 @@ def test_each_first_nested_part_has_its_legs_under_it_in_order() -> None:
     assert lines[dedicated + 1].endswith("staging it 5.3 ms")
 
 
+def test_the_dedicated_trials_say_what_their_pool_did() -> None:
+    result = _result(rate=268_000, pooled_ms=5.7, dedicated_ms=16.8, recovery_max_s=0.45)
+    result["first_nested_part"]["dedicated"]["pool"] = {"actors": 4, "started": 0, "shared": 0}
+    lines = format_actors(result).splitlines()
+    dedicated = lines.index(_line("\n".join(lines), "first nested part, dedicated"))
+    assert lines[dedicated + 1].startswith("  a warm pool of 4 actors: 0 started and 0 children on their parent")
+    assert sum("a warm pool" in line for line in lines) == 1  # the pooled rows have no pool of their own
+
+
 def test_the_nested_rate_is_the_median_of_warm_runs_with_the_cold_one_apart() -> None:
     line = _line(format_actors(_result(rate=268_000, pooled_ms=4.9, dedicated_ms=26.8, recovery_max_s=0.45)), "nested")
     assert line.startswith("nested parts/s (child -> parent, across actors): 268,000 (median of 3: 259,000, 268,000,")

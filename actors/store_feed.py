@@ -8,10 +8,11 @@ node, sees each commit within milliseconds of it, and keeps seeing them while th
 between hosts (a host restarting, a node lost), since the log is where every host writes.
 
 ``StoreFeed`` folds the log once (the state at ``N``: the subscription starts after ``N``), then
-folds each event as it commits and sends the difference, exactly the mutations the host sends
-(``core.mutations.diff`` of the states before and after each event, with the agent's contract).
-So a client cannot tell the two paths apart, except that this one costs a fold per subscribed
-process, where the host's costs one for all of them.
+folds what commits and sends the difference, as the host does (``core.mutations.diff`` of the
+states before and after, with the agent's contract): once for each group of commits the store
+reads (``FollowsInGroups``; PostgreSQL's every read), where the host diffs once a write. A client
+ends at the same states either way; it cannot start from a state inside a write on either path.
+This one costs a fold per subscribed process, where the host's costs one for all of them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from orchestrator.core.contract import Contract
 from orchestrator.core.errors import StoreError
 from orchestrator.core.fold import evolve, fold_events
 from orchestrator.core.mutations import diff
+from orchestrator.store.base import follow_in_groups
 
 if TYPE_CHECKING:
     from orchestrator.store.base import EventStore, Followable
@@ -68,13 +70,15 @@ class StoreFeed:
             state = fold_events(events, None, self._contract)
             subscription.cursor = events[-1].index if events else 0
             subscription.registered.set()
-            async with contextlib.aclosing(self._store.follow(session_id, subscription.cursor)) as commits:
-                async for event in commits:
-                    after, _ = evolve(state, event, self._contract)
-                    mutations = diff(state, after, event.index)
+            async with contextlib.aclosing(follow_in_groups(self._store, session_id, subscription.cursor)) as groups:
+                async for group in groups:
+                    after = state
+                    for event in group:
+                        after, _ = evolve(after, event, self._contract)
+                    index = group[-1].index
+                    batch = Batch(Mutation(m) for m in diff(state, after, index))
                     state = after
-                    batch = Batch(Mutation(m) for m in mutations)
-                    batch.cursor = event.index
+                    batch.cursor = index
                     subscription.feed(batch)  # an empty batch still tells how far the log went
         except StoreError as error:  # the store was closed, or lost for longer than it retries
             log.info("store_feed_ended", session_id=session_id, error=error.message)

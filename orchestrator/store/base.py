@@ -24,11 +24,14 @@ session's events with ``index > after`` and then of each new one as it commits, 
 index order with no gaps (a missed notification costs a read, never an event). It is not part
 of ``EventStore``: check with ``isinstance(store, Followable)``, and poll ``read(session_id,
 after=last)`` when a store does not have it (memory, SQLite: another process's writes send no
-signal).
+signal). A backend that reads what it follows in groups may also hand them over as such
+(``FollowsInGroups.follow_groups``): one or more whole commits a group, so a follower can do its
+work once a group instead of once an event.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -41,10 +44,12 @@ __all__ = [
     "AppendResult",
     "EventStore",
     "Followable",
+    "FollowsInGroups",
     "LogLoader",
     "Measurable",
     "SessionSummary",
     "Snapshot",
+    "follow_in_groups",
 ]
 
 
@@ -190,6 +195,33 @@ class Followable(Protocol):
             StoreError: the store is closed (ends the iteration), or cannot be read.
         """
         ...
+
+
+@runtime_checkable
+class FollowsInGroups(Protocol):
+    """A ``Followable`` store that hands new events over in the groups it reads them (PostgreSQL)."""
+
+    def follow_groups(self, session_id: str, after: int = 0) -> AsyncGenerator[list[Event], None]:
+        """``follow``'s events, in order and with no gaps, in groups: never empty, each one or more whole commits.
+
+        Raises:
+            StoreError: the store is closed (ends the iteration), or cannot be read.
+        """
+        ...
+
+
+async def follow_in_groups(store: Followable, session_id: str, after: int = 0) -> AsyncGenerator[list[Event], None]:
+    """``store``'s new events in the groups it reads them (``follow_groups``), or one event a group."""
+    if isinstance(store, FollowsInGroups):
+        groups = store.follow_groups(session_id, after)
+        async with contextlib.aclosing(groups):
+            async for group in groups:
+                yield group
+        return
+    events = store.follow(session_id, after)
+    async with contextlib.aclosing(events):
+        async for event in events:
+            yield [event]
 
 
 @runtime_checkable

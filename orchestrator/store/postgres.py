@@ -19,6 +19,7 @@ any event loop, and opening one never blocks: the first call connects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import AsyncGenerator, Callable, Sequence
@@ -270,6 +271,17 @@ class PostgresStore:
         reconnecting costs one read from the last index seen, never a gap. Ends with
         ``StoreError`` when the store is closed.
         """
+        async with contextlib.aclosing(self.follow_groups(session_id, after)) as groups:
+            async for group in groups:
+                for event in group:
+                    yield event
+
+    async def follow_groups(self, session_id: str, after: int = 0) -> AsyncGenerator[list[Event], None]:
+        """``follow``'s events as each read finds them: every commit since the last read, up to a page.
+
+        A read sees whole commits (each is one transaction), so a group splits one only where a
+        page ends (``_FOLLOW_PAGE`` events waiting).
+        """
         sid = check_id(session_id, "session id")
         cursor = check_after(after)
         self._check_open()
@@ -279,10 +291,10 @@ class PostgresStore:
             while True:
                 waiter.event.clear()
                 events = await self.read(sid, cursor, _FOLLOW_PAGE)
-                for event in events:
-                    yield event
-                    cursor = event.index
-                if not events:
+                if events:
+                    cursor = events[-1].index
+                    yield events
+                else:
                     await waiter.event.wait()
         finally:
             self._listener.unsubscribe(waiter)

@@ -27,6 +27,7 @@ databases pushes commits like one database does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections.abc import AsyncGenerator, Sequence
 from typing import Final
@@ -36,7 +37,15 @@ from orchestrator.core.events import AppendResult, Event
 from orchestrator.core.ids import RESERVED_ID_PREFIX, root_session_id
 from orchestrator.store._fork import check_fork, fork_by_copy
 from orchestrator.store._validate import check_id, prepare_all
-from orchestrator.store.base import AppendBatch, EventStore, Followable, Measurable, SessionSummary, Snapshot
+from orchestrator.store.base import (
+    AppendBatch,
+    EventStore,
+    Followable,
+    Measurable,
+    SessionSummary,
+    Snapshot,
+    follow_in_groups,
+)
 
 __all__ = ["SCHEME", "FollowableShardedStore", "ShardedStore", "shard_index", "sharded"]
 
@@ -157,6 +166,14 @@ class FollowableShardedStore(ShardedStore):
         shard = self.shard(session_id)
         assert isinstance(shard, Followable)
         return shard.follow(session_id, after)
+
+    async def follow_groups(self, session_id: str, after: int = 0) -> AsyncGenerator[list[Event], None]:
+        """``follow``'s events in the groups the session's shard reads them (one event a group if it cannot)."""
+        shard = self.shard(session_id)
+        assert isinstance(shard, Followable)
+        async with contextlib.aclosing(follow_in_groups(shard, session_id, after)) as groups:
+            async for group in groups:
+                yield group
 
 
 def sharded(shards: Sequence[EventStore], *, url: str | None = None) -> ShardedStore:

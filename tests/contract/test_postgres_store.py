@@ -19,7 +19,7 @@ from orchestrator.store._pg_follow import LISTENER_NAME
 from orchestrator.store._pg_schema import MIGRATIONS, SCHEMA_VERSION
 from orchestrator.store._pg_write import Outcome
 from orchestrator.store._validate import PreparedBatch
-from orchestrator.store.base import Followable
+from orchestrator.store.base import Followable, FollowsInGroups
 from orchestrator.store.postgres import PostgresStore
 from orchestrator.testing import eventually
 from tests.pg import PgServer, _free_port
@@ -50,7 +50,7 @@ async def test_open_store_opens_both_schemes(pg_url: str) -> None:
 async def test_it_is_an_event_store_that_can_be_followed(pg_url: str) -> None:
     store = PostgresStore(pg_url)
     try:
-        assert isinstance(store, EventStore) and isinstance(store, Followable)
+        assert isinstance(store, EventStore) and isinstance(store, Followable) and isinstance(store, FollowsInGroups)
     finally:
         await store.close()
 
@@ -222,6 +222,28 @@ async def test_follow_yields_the_log_then_each_new_commit(two: tuple[PostgresSto
         await writer.append_many([AppendBatch("s", [ev("d")]), AppendBatch("s", [ev("e"), ev("f")])])
         await eventually(lambda: [e.id for e in seen] == ["b", "c", "d", "e", "f"], 10)
         assert [e.index for e in seen] == [2, 3, 4, 5, 6]
+    finally:
+        follower.cancel()
+
+
+async def test_follow_groups_hands_over_whole_commits(two: tuple[PostgresStore, PostgresStore]) -> None:
+    reader, writer = two
+    await writer.append("s", [ev("a"), ev("b")])
+    groups: list[list[str]] = []
+
+    async def collect() -> None:
+        async for group in reader.follow_groups("s", 0):
+            groups.append([e.id for e in group])
+
+    follower = asyncio.create_task(collect())
+    try:
+        await eventually(lambda: groups == [["a", "b"]], 10)  # the log so far: one read
+        await writer.append("s", [ev("c"), ev("d"), ev("e")])
+        await eventually(lambda: len(groups) == 2, 10)
+        assert groups[1] == ["c", "d", "e"]  # one commit, one group: never split, never empty
+        await writer.append("s", [ev("f")])
+        await eventually(lambda: [i for g in groups for i in g] == ["a", "b", "c", "d", "e", "f"], 10)
+        assert all(groups)
     finally:
         follower.cancel()
 

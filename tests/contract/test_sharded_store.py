@@ -6,6 +6,8 @@ tests open the shards themselves to see where each log went.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from orchestrator.core.errors import UsageError
 from orchestrator.core.events import Event
 from orchestrator.core.ids import child_session_id
 from orchestrator.store import open_store
-from orchestrator.store.base import Followable
+from orchestrator.store.base import Followable, FollowsInGroups
 from orchestrator.store.sharded import ShardedStore, shard_index
 from tests.fixtures.agents import delegating
 
@@ -107,6 +109,12 @@ async def test_it_follows_only_when_every_shard_can(tmp_path: Path, pg_url: str)
     both = open_store(f"sharded://{pg_url}|{pg_url}")
     try:
         assert not isinstance(mixed, Followable) and isinstance(both, Followable)
+        # Its shards read in groups, so it hands over the session's shard's groups: whole commits.
+        assert isinstance(both, FollowsInGroups)
+        await both.append("s", [ev("a"), ev("b"), ev("c")])
+        groups = both.follow_groups("s", 0)
+        async with contextlib.aclosing(groups):
+            assert [e.id for e in await asyncio.wait_for(anext(groups), 10)] == ["a", "b", "c"]
     finally:
         await mixed.close()
         await both.close()

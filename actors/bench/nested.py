@@ -38,12 +38,12 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any, cast
 
 import ray
 
 from actors.bench.local_ray import start_local_ray
+from actors.bench.models import Burst, Drip
 from actors.bench.ray_call import IDLE_PAUSE, ray_call_ms
 from actors.boot import LEGS, recovery_legs
 from actors.router import rendezvous
@@ -52,8 +52,6 @@ from orchestrator.core import event_types as ai
 from orchestrator.core.events import Event
 from orchestrator.core.fold import fold_events
 from orchestrator.core.parts import ToolPart
-from orchestrator.core.stream import AgentStreamPart, StepFinish, TextDelta
-from orchestrator.models.base import CancelSignal, ModelRequest
 from orchestrator.models.scripted import ScriptedModel
 from orchestrator.run.agent import Agent
 
@@ -94,39 +92,6 @@ FIRST_PART_LEGS: dict[str, str] = {
 }
 """The legs of the first nested part, in order, from the two logs' times (``_first_part``): each
 ends where the next begins, so they add up to the whole. Times are the hosts' clocks, one machine."""
-
-
-class Burst:
-    """Streams ``parts`` text parts as fast as possible (yielding to the loop now and then)."""
-
-    name = "burst"
-
-    def __init__(self, parts: int) -> None:
-        self.parts = parts
-
-    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        delta = TextDelta("A000")
-        for i in range(self.parts):
-            yield delta
-            if i % 256 == 255:
-                await asyncio.sleep(0)
-        yield StepFinish(None, "stop")
-
-
-class Drip:
-    """Streams a part every ``every`` seconds for ``seconds`` (a long generation to interrupt)."""
-
-    name = "drip"
-
-    def __init__(self, every: float = 0.005, seconds: float = 20.0) -> None:
-        self.every = every
-        self.seconds = seconds
-
-    async def stream(self, request: ModelRequest, signal: CancelSignal) -> AsyncIterator[AgentStreamPart]:
-        for _ in range(int(self.seconds / self.every)):
-            yield TextDelta("tick ")
-            await asyncio.sleep(self.every)
-        yield StepFinish(None, "stop")
 
 
 def _parent(child: Agent) -> Agent:

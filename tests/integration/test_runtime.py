@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import ray
 
-from actors.bench.nested import CALL, Burst, Drip, _apart, _delegate, _parent
+from actors.bench.models import Burst, Drip
+from actors.bench.nested import CALL, _apart, _delegate, _parent
 from actors.client import Session
 from actors.runtime import Runtime
 from actors.subagents import SETTLE_AFTER

@@ -53,7 +53,7 @@ def own_ray_options(address: str | None, given: dict[str, Any]) -> dict[str, Any
     asks for it), the metrics those agents would collect and export, the task timeline, and
     the driver's copy of every worker's log. The system config applies only to a Ray this call
     starts: joining a running one (``address`` or ``$RAY_ADDRESS``) takes none (start it with
-    ``RAY_preload_python_modules=actors.supervisor ray start ...`` for ``PRELOAD_MODULES``).
+    ``RAY_preload_python_modules=actors.preload ray start ...`` for ``PRELOAD_MODULES``).
     """
     options = {**OWN_RAY_OPTIONS, **given}
     starts = address in (None, "local") and not os.environ.get("RAY_ADDRESS")
@@ -65,13 +65,14 @@ def own_ray_options(address: str | None, given: dict[str, Any]) -> dict[str, Any
 OWN_RAY_OPTIONS: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
 """No dashboard (a process and a port per cluster, for a UI Troupe does not use); worker logs
 stay in the session's log files instead of being streamed to the driver."""
-PRELOAD_MODULES: tuple[str, ...] = ("actors.supervisor",)
+PRELOAD_MODULES: tuple[str, ...] = ("actors.preload",)
 """What each Python worker of a Ray the runtime starts imports before it takes work (Ray's
-``preload_python_modules``): the host and supervisor classes and everything they import. An idle
-worker (``actors.spare_workers``) then has Troupe loaded before a crash, and a restarted host
-skips the imports: on a 2-vCPU VM a recovery fell from 0.55-0.89 s to 0.23-0.33 s (``troupe
-bench actors``). Each worker costs ~10 MB more (67 MB of its own against 58, idle) and ~0.3 s
-more to start; a worker that then runs a host or the supervisor would import the same anyway."""
+``preload_python_modules``): the host and supervisor classes and everything they import, then a
+collection and ``gc.freeze`` (``actors.preload``). An idle worker (``actors.spare_workers``) then
+has Troupe loaded before a crash, and a restarted host skips the imports: on a 2-vCPU VM a
+recovery fell from 0.55-0.89 s to 0.23-0.33 s (``troupe bench actors``), and its ``__init__`` skips
+a full collection (~40 ms). Each worker costs ~10 MB more (67 MB of its own against 58, idle) and
+~0.3 s more to start; a worker that then runs a host or the supervisor would import the same anyway."""
 OWN_RAY_SYSTEM_CONFIG: dict[str, Any] = {
     "enable_metrics_collection": False,
     "enable_timeline": False,

@@ -33,7 +33,9 @@ async def main() -> None:
 
     @ray.remote
     def preloaded() -> bool:  # defined here, so running it imports nothing of Troupe's
-        return "actors.supervisor" in sys.modules
+        import gc
+
+        return "actors.supervisor" in sys.modules and gc.get_freeze_count() > 0  # actors.preload
 
     loaded = ray.get(preloaded.remote(), timeout=60)
     print("session", ray.get_runtime_context().get_session_name(), loaded, flush=True)
@@ -72,7 +74,7 @@ def test_a_killed_drivers_own_ray_goes_with_it(tmp_path: Path) -> None:
         line = driver.stdout.readline()
         assert line.startswith("session "), f"the driver did not start: {line!r}"
         session, preloaded = line.split()[1:]
-        assert preloaded == "True", "a worker of the runtime's own Ray did not have Troupe imported ahead"
+        assert preloaded == "True", "a worker of the runtime's own Ray did not have Troupe imported and frozen ahead"
         started = processes_of(session)
         commands = [" ".join(p.cmdline()) for p in started]
         assert any("raylet" in c for c in commands), commands
@@ -82,7 +84,7 @@ def test_a_killed_drivers_own_ray_goes_with_it(tmp_path: Path) -> None:
         (encoded,) = [a.split("=", 1)[1] for a in gcs if a.startswith("--config_list=")]
         config = json.loads(base64.b64decode(encoded))
         assert config["enable_metrics_collection"] is False and config["enable_timeline"] is False, config
-        assert config["preload_python_modules"] == ["actors.supervisor"], config  # actors.options.PRELOAD_MODULES
+        assert config["preload_python_modules"] == ["actors.preload"], config  # actors.options.PRELOAD_MODULES
         heads = [c for c in commands if "dashboard/dashboard.py" in c]
         assert all("--disable-frontend" in c and "--modules-to-load=UsageStatsHead" in c for c in heads), heads
     finally:

@@ -218,14 +218,14 @@ async def _pool(rt: Runtime) -> dict[str, Any]:
 
 
 async def _pool_settled(rt: Runtime) -> dict[str, Any]:
-    """Dedicated placement: release the last trial's actors and wait until no actor is starting.
+    """Dedicated placement: release the last trial's actors, and wait until they are back and none is starting.
 
     A warm pool, as a running app has one: its idle sessions leave their actors (here at once,
     ``deactivate_idle``; after ``idle_timeout`` in an app), which go back to the pool warm. Until
     round thirty-seven each trial's parent kept its actor, so the pool grew by an actor a trial:
     trials ran while new actors booted (~1 CPU-second each on a 2-vCPU VM), and once the pool was
-    full a child ran on its parent's actor. The same code gave a p50 of 28-31 ms that way and 14
-    ms in a warm pool. Returns the pool's figures once settled.
+    full a child ran on its parent's actor. The same code gave a p50 of 28-31 ms that way, and
+    12-23 ms in a warm pool. Returns the pool's figures once settled (or ``SETTLE_LIMIT`` passed).
     """
     await rt.deactivate_idle()
     deadline = time.monotonic() + SETTLE_LIMIT

@@ -2,10 +2,16 @@
 
 A host lists its active top-level sessions in the store (``troupe:host:<name>``/``directory``)
 before it accepts work for one: after a crash, ``recover`` re-activates every session listed,
-and each recovers its own unfinished turn, with no client around. Saves are coalesced (changes
-made while one is in flight go out together in the next), and a caller that needs its change
-durable waits for the save that includes it (``durable``). Sub-agent sessions are not listed:
-a parent's recovery re-attaches them (its delegate call runs again).
+and each recovers its own unfinished turn, with no client around. It takes the newest first,
+``RECOVER_AT_ONCE`` at a time: a session with a turn running was likely activated last, and it
+no longer waits behind every idle session the host held. In ``bench actors``' recoveries (the
+streaming session and 2-10 idle ones on the host) it was active again ~40 ms after the restart's
+``__init__`` one after another, 23 ms with all at once, and 14-16 ms four at a time, newest first.
+
+Saves are coalesced (changes made while one is in flight go out together in the next), and a
+caller that needs its change durable waits for the save that includes it (``durable``).
+Sub-agent sessions are not listed: a parent's recovery re-attaches them (its delegate call runs
+again).
 
 Every change is also reported to the supervisor, at most every ``REPORT_EVERY`` seconds (a
 burst is one report), versioned so that reports arriving out of order are told apart.
@@ -22,7 +28,11 @@ import structlog
 from orchestrator.core.wire import pack, unpack
 from orchestrator.store.base import EventStore
 
-__all__ = ["REPORT_EVERY", "HostDirectory"]
+__all__ = ["RECOVER_AT_ONCE", "REPORT_EVERY", "HostDirectory"]
+
+RECOVER_AT_ONCE = 4
+"""Sessions a restarted host re-activates at once (each reads its log, folds it, and may write):
+enough to overlap one's read with another's fold, few enough that the newest finish first."""
 
 REPORT_EVERY = 0.1
 """Seconds between two reports of a host's active sessions to the supervisor (a burst is one report)."""
@@ -137,11 +147,17 @@ class HostDirectory:
         if snapshot is None:
             return []
         entries: dict[str, str] = unpack(snapshot.data)
-        for session_id, agent_key in entries.items():
-            try:
-                await activate(session_id, agent_key)
-            except Exception as error:
-                self.log.warning("recover_failed", session_id=session_id, error=str(error))
+        at_once = asyncio.Semaphore(RECOVER_AT_ONCE)
+
+        async def one(session_id: str, agent_key: str) -> None:
+            async with at_once:
+                try:
+                    await activate(session_id, agent_key)
+                except Exception as error:
+                    self.log.warning("recover_failed", session_id=session_id, error=str(error))
+
+        # The newest first (the directory lists them in the order they were activated).
+        await asyncio.gather(*(one(sid, key) for sid, key in reversed(entries.items())))
         return list(entries)
 
     async def close(self) -> None:

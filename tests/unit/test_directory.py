@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.directory import HostDirectory
+from actors.directory import RECOVER_AT_ONCE, HostDirectory
 from orchestrator.store import open_store
 from orchestrator.testing import Gate, eventually
 
@@ -34,3 +34,54 @@ async def test_a_change_made_while_a_report_is_on_its_way_is_reported_after_it()
     await asyncio.sleep(0.3)  # nothing changed since: no third report
     assert len(sent) == 2
     await directory.close()
+
+
+async def _listed(sessions: list[str]) -> HostDirectory:
+    """A host's directory saved with ``sessions`` active, in that order (the order they were activated)."""
+    store = open_store("memory://")
+    active = {sid: "agent@1" for sid in sessions}
+
+    async def report(entries: dict[str, str], version: tuple[float, int]) -> None:
+        pass
+
+    before = HostDirectory(store, "host-a", 1.0, active=lambda: dict(active), report=report, kept=True)
+    await before.durable(before.mark(sessions[-1]))
+    await before.close()
+    return HostDirectory(store, "host-a", 2.0, active=dict, report=report, kept=True)  # the restarted host's
+
+
+async def test_a_restart_reactivates_the_newest_sessions_first_a_few_at_once() -> None:
+    sessions = [f"s-{i}" for i in range(40)]
+    directory = await _listed(sessions)
+    started: list[str] = []
+    running = 0
+    most = 0
+    gate = Gate()
+
+    async def activate(session_id: str, agent_key: str) -> None:
+        nonlocal running, most
+        started.append(session_id)
+        running += 1
+        most = max(most, running)
+        await gate.wait()  # each activation takes a while (a log to read and fold)
+        running -= 1
+
+    recovering = asyncio.create_task(directory.recover(activate))
+    await eventually(lambda: len(started) == RECOVER_AT_ONCE, TIMEOUT, what="the first activations")
+    assert started == sessions[::-1][:RECOVER_AT_ONCE]  # the newest first, the rest waiting
+    gate.open()
+    assert await asyncio.wait_for(recovering, TIMEOUT) == sessions
+    assert started == sessions[::-1] and most == RECOVER_AT_ONCE
+
+
+async def test_a_session_that_fails_to_reactivate_does_not_stop_the_others() -> None:
+    directory = await _listed(["s-1", "s-2", "s-3"])
+    done: list[str] = []
+
+    async def activate(session_id: str, agent_key: str) -> None:
+        if session_id == "s-2":
+            raise RuntimeError("its agent is gone")
+        done.append(session_id)
+
+    assert await asyncio.wait_for(directory.recover(activate), TIMEOUT) == ["s-1", "s-2", "s-3"]
+    assert done == ["s-3", "s-1"]

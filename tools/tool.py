@@ -33,13 +33,6 @@ Approval: TypeAlias = bool | Callable[[JsonObject], bool | str]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
 
-# The first model a process makes, pydantic looks its plugins up in every installed package's entry
-# points: 10-16 ms on a 2-vCPU VM. A host's first agent (unpickled, its tools' input models made
-# again) paid it, on its first session's path: 13-21 ms against 2.5-3.4. Made here instead, at
-# import, it is done before a worker takes work (actors.options.PRELOAD_MODULES): before a fresh
-# dedicated actor's first session, and before a restarted host re-activates its sessions.
-create_model("_PluginsLookedUp")
-
 
 @dataclass(frozen=True, slots=True)
 class Tool:

@@ -27,7 +27,6 @@ databases pushes commits like one database does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 from collections.abc import AsyncGenerator, Sequence
 from typing import Final
@@ -167,13 +166,11 @@ class FollowableShardedStore(ShardedStore):
         assert isinstance(shard, Followable)
         return shard.follow(session_id, after)
 
-    async def follow_groups(self, session_id: str, after: int = 0) -> AsyncGenerator[list[Event], None]:
+    def follow_groups(self, session_id: str, after: int = 0) -> AsyncGenerator[list[Event], None]:
         """``follow``'s events in the groups the session's shard reads them (one event a group if it cannot)."""
         shard = self.shard(session_id)
         assert isinstance(shard, Followable)
-        async with contextlib.aclosing(follow_in_groups(shard, session_id, after)) as groups:
-            async for group in groups:
-                yield group
+        return follow_in_groups(shard, session_id, after)
 
 
 def sharded(shards: Sequence[EventStore], *, url: str | None = None) -> ShardedStore:

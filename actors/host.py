@@ -139,9 +139,11 @@ class SessionHost:
         )
         self.log = log.bind(host=name)
         self._boot: asyncio.Task[list[str]] | None = None
+        self._boot_taken = False
+        """The supervisor's ``recover`` took the boot's own recovery (see ``recover``)."""
         with contextlib.suppress(RuntimeError):  # no running loop: a plain (test) instance
             # After a crash Ray re-runs __init__: re-activate what this host had, at once.
-            self._boot = asyncio.get_running_loop().create_task(self.recover())
+            self._boot = asyncio.get_running_loop().create_task(self._recover())
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -368,8 +370,19 @@ class SessionHost:
     async def recover(self) -> list[str]:
         """Re-activate the sessions this host had before it restarted (they recover their work).
 
-        Idempotent: a session already active stays as it is.
+        Idempotent: a session already active stays as it is. The first call (the supervisor's, once
+        Ray has restarted the host) answers with the recovery ``__init__`` began, waiting for it if
+        it is still running, instead of reading the directory and activating each session again; a
+        later call, or one after the boot's recovery failed, recovers anew.
         """
+        boot = self._boot
+        if boot is not None and not self._boot_taken:
+            self._boot_taken = True
+            with contextlib.suppress(Exception):  # it failed: recover here instead
+                return await asyncio.shield(boot)
+        return await self._recover()
+
+    async def _recover(self) -> list[str]:
         recovered = await self.directory.recover(self.activate)
         self.boot.recovered = self.boot.recovered or time.time()
         return recovered

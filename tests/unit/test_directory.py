@@ -1,10 +1,13 @@
-"""A host's reports to the supervisor: a change made while a report is on its way is reported after it."""
+"""A host's directory: its reports to the supervisor, and its restart's recovery."""
 
 from __future__ import annotations
 
 import asyncio
 
 from actors.directory import RECOVER_AT_ONCE, HostDirectory
+from actors.host import SessionHost
+from actors.host_options import HostOptions
+from actors.local import InProcessCluster
 from orchestrator.store import open_store
 from orchestrator.testing import Gate, eventually
 
@@ -85,3 +88,44 @@ async def test_a_session_that_fails_to_reactivate_does_not_stop_the_others() -> 
 
     assert await asyncio.wait_for(directory.recover(activate), TIMEOUT) == ["s-1", "s-2", "s-3"]
     assert done == ["s-3", "s-1"]
+
+
+async def test_the_supervisors_recover_takes_the_one_the_restarted_host_began() -> None:
+    # A restarted host re-activates its sessions from __init__; the supervisor then calls
+    # ``recover`` to learn them. That call waits for the boot's recovery: the directory is read,
+    # and every session activated, once. A later call recovers anew.
+    reads: list[int] = []
+    gate = Gate()
+
+    async def recover(activate: object) -> list[str]:
+        reads.append(1)
+        if len(reads) == 1:
+            await gate.wait()  # the boot's recovery is still running when the supervisor calls
+        return ["s-1", "s-2"]
+
+    host = SessionHost("h", HostOptions(store="memory://", namespace="n", extra={"local": True}), InProcessCluster)
+    host.directory.recover = recover  # type: ignore[method-assign]  # before the boot task's first step
+    asked = asyncio.create_task(host.recover())
+    await gate.reached(TIMEOUT)
+    gate.open()
+    assert await asyncio.wait_for(asked, TIMEOUT) == ["s-1", "s-2"]
+    assert len(reads) == 1
+    assert await asyncio.wait_for(host.recover(), TIMEOUT) == ["s-1", "s-2"]
+    assert len(reads) == 2
+    await host.shutdown()
+
+
+async def test_the_supervisors_recover_runs_again_when_the_boots_failed() -> None:
+    reads: list[int] = []
+
+    async def recover(activate: object) -> list[str]:
+        reads.append(1)
+        if len(reads) == 1:
+            raise OSError("the store is not there yet")
+        return ["s-1"]
+
+    host = SessionHost("h", HostOptions(store="memory://", namespace="n", extra={"local": True}), InProcessCluster)
+    host.directory.recover = recover  # type: ignore[method-assign]
+    assert await asyncio.wait_for(host.recover(), TIMEOUT) == ["s-1"]
+    assert len(reads) == 2
+    await host.shutdown()

@@ -6,6 +6,12 @@ waiting in C is not counted), and each stage's share of a process kind's samples
 kind's CPU µs per chunk in the same run (``ShopRun.cpu_split_us``, read from ``/proc``), is the
 stage's µs per chunk. Ray's own processes (the raylet, the GCS: C++) are one row.
 
+Ray's C++ threads inside the sampled processes (the core worker's I/O, gRPC's pollers) never
+run Python, so py-spy never samples them; spread by the Python stages' shares, their CPU (a
+quarter of the driver's) would land in the client's and the loop's rows. Their CPU is read apart,
+thread by thread from ``/proc`` over the profiled run (a thread is Python's if ``py-spy dump``
+lists it at the start or the end), and is a row of its own: ``Ray: its threads in our processes``.
+
 A sample counts to the innermost frame that belongs to a stage (``stage_of``): C code (uvloop,
 SQLite, msgpack) counts to the Python frame that called it, and frames that belong to their
 caller (dataclasses' generated ``__init__``, ``typing.cast``, ``functools.partial``) pass it on.
@@ -19,6 +25,7 @@ py-spy comes with ``pip install -e '.[dev]'``; attaching to a process needs root
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import signal
@@ -71,6 +78,9 @@ _PASS: Final = re.compile(
 """Frames that belong to their caller (generated dataclass code, typing, functools, ...)."""
 _PATH: Final = re.compile(r"\(([^()]*):\d+\)$")
 _CLIENT_SIDE: Final = "client: live views"
+RAY_THREADS: Final = "Ray: its threads in our processes"
+"""The row of the CPU that the sampled processes spent in threads that never run Python."""
+_THREAD: Final = re.compile(r"^Thread (\d+)", re.MULTILINE)
 
 
 def stage_of(frame: str, kind: str) -> str | None:
@@ -132,6 +142,10 @@ class Profiler:
         self._spies: list[subprocess.Popen[bytes]] = []
         self._logs: list[IO[bytes]] = []
         self.samples: dict[str, Counter[str]] = {}
+        self.native: dict[str, float] = {}
+        """Per kind: the share of its CPU spent in threads that never run Python (``RAY_THREADS``)."""
+        self._python: dict[int, set[int]] = {}
+        self._cpu: dict[int, dict[int, float]] = {}
 
     @staticmethod
     def executable() -> str:
@@ -149,10 +163,12 @@ class Profiler:
         return found
 
     def start(self) -> None:
-        """Start one sampler per process."""
+        """Start one sampler per process (after noting its threads)."""
         spy = self.executable()
         for kind, pids in self.pids.items():
             for pid in pids:
+                self._python[pid] = python_threads(spy, pid)
+                self._cpu[pid] = thread_cpu(pid)
                 out = self._dir / f"{kind}-{pid}.txt"
                 command = [spy, "record", "--pid", str(pid), "--gil", "--nonblocking", "--rate", str(self.rate)]
                 command += ["--format", "raw", "--output", str(out)]
@@ -166,6 +182,7 @@ class Profiler:
         Raises:
             UsageError: no sampler wrote anything (py-spy could not attach), with its message.
         """
+        self.native = self._native_shares()
         for spy in self._spies:
             if spy.poll() is None:
                 spy.send_signal(signal.SIGINT)
@@ -194,25 +211,77 @@ class Profiler:
             shutil.rmtree(self._dir, ignore_errors=True)
         return self.samples
 
+    def _native_shares(self) -> dict[str, float]:
+        """Per kind, the share of its threads' CPU since ``start`` that went to threads without Python."""
+        spy = self.executable()
+        shares: dict[str, float] = {}
+        for kind, pids in self.pids.items():
+            native = every = 0.0
+            for pid in pids:
+                python = self._python.get(pid, set()) | python_threads(spy, pid)
+                before = self._cpu.get(pid, {})
+                for tid, cpu in thread_cpu(pid).items():
+                    spent = cpu - before.get(tid, 0.0)
+                    every += spent
+                    if python and tid not in python:  # no thread list (py-spy could not attach): all Python
+                        native += spent
+            shares[kind] = native / every if every > 0 else 0.0
+        return shares
+
     def table(self, split: Mapping[str, float]) -> dict[str, dict[str, float]]:
         """µs per chunk by stage, then process kind: each kind's CPU split by its samples' stages.
 
         ``split``: the run's CPU µs per chunk by process kind (``ShopRun.cpu_split_us``); Ray's own
-        processes (``ray``, ``other``) are not sampled and count to Ray's row, a sampled kind
-        with no sample to ``other``, and py-spy's own (``profiler``) to none: the rows add up to
-        the run's CPU without py-spy.
+        processes (``ray``, ``other``) are not sampled and count to Ray's row, a sampled kind's
+        threads without Python (``native``) to ``RAY_THREADS``, a sampled kind with no sample to
+        ``other``, and py-spy's own (``profiler``) to none: the rows add up to the run's CPU
+        without py-spy.
         """
         out: dict[str, dict[str, float]] = {}
         for kind, counts in self.samples.items():
+            cpu = split.get(kind, 0.0)
+            native = cpu * self.native.get(kind, 0.0)
+            if native:
+                out.setdefault(RAY_THREADS, {})[kind] = native
+            python = cpu - native
             total = sum(counts.values())
             for stage, count in counts.items():
-                out.setdefault(stage, {})[kind] = split.get(kind, 0.0) * count / total
-            if not total and split.get(kind):  # never held the lock while sampled (an idle supervisor)
-                out.setdefault("other", {})[kind] = split[kind]
+                out.setdefault(stage, {})[kind] = python * count / total
+            if not total and python:  # never held the lock while sampled (an idle supervisor)
+                out.setdefault("other", {})[kind] = python
         ray_own = split.get("ray", 0.0) + split.get("other", 0.0)
         if ray_own:
             out.setdefault("Ray: calls, (de)serialisation", {})["ray"] = ray_own
         return out
+
+
+def python_threads(spy: str, pid: int) -> set[int]:
+    """The native ids of ``pid``'s threads that run Python (``py-spy dump``); empty if it cannot tell."""
+    try:
+        dump = subprocess.run(
+            [spy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {int(tid) for tid in _THREAD.findall(dump.stdout)}
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds (user and system) of each live thread of ``pid``, from ``/proc``; empty when it is gone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # it ended meanwhile
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14 and 15)
+    return out
 
 
 def format_profile(n: int, profile: Profile) -> str:

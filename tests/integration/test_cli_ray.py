@@ -94,6 +94,7 @@ def test_troupe_bench_shop_profiles_one_more_run(workdir: Path) -> None:
     # py-spy sampled the hosts and the driver: their work is where the code says it is
     assert profile["runner and steps"]["hosts"] > 0 and profile["fold and reducer"]["hosts"] > 0, profile
     assert profile["store append"]["hosts"] > 0 and profile["client: live views"]["driver"] > 0, profile
+    assert profile["Ray: its threads in our processes"]["driver"] > 0, profile  # its core worker's I/O thread
     # every kind's CPU is split, not more and not less (each share is rounded on its own)
     total = sum(us for by_kind in profile.values() for us in by_kind.values())
     assert total == pytest.approx(figures["profile_run_cpu_us_per_chunk"], rel=0.05), profile

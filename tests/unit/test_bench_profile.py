@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 from collections import Counter
 
 import pytest
 
-from actors.bench.profile import Profile, Profiler, format_profile, stage_of, stages_of
+from actors.bench.profile import (
+    RAY_THREADS,
+    Profile,
+    Profiler,
+    format_profile,
+    python_threads,
+    stage_of,
+    stages_of,
+    thread_cpu,
+)
 from actors.bench.sampler import process_kind
 from actors.bench.shop import busiest_host_share
 from orchestrator.core.errors import UsageError
@@ -83,6 +94,33 @@ def test_each_kinds_cpu_is_split_by_its_samples() -> None:
     printed = format_profile(100, Profile(table, 24.9, 12.0))
     assert "runner and steps" in printed.splitlines()[2]  # the biggest first
     assert printed.splitlines()[-1].split()[-1] == "24.9"
+
+
+def test_the_cpu_of_threads_without_python_is_rays_row_and_the_rest_goes_by_samples() -> None:
+    # The driver's Ray core worker I/O thread never runs Python: py-spy never samples it, and
+    # spread by the samples' shares its CPU would land in the client's row.
+    profiler = Profiler({"driver": [], "hosts": []})
+    profiler.samples = {
+        "hosts": Counter({"runner and steps": 1}),
+        "driver": Counter({"client: live views": 1, "Ray: calls, (de)serialisation": 1}),
+    }
+    profiler.native = {"driver": 0.25, "hosts": 0.0}
+    table = profiler.table({"hosts": 20.0, "driver": 4.0})
+    assert table[RAY_THREADS] == {"driver": 1.0}
+    assert table["client: live views"] == {"driver": 1.5}
+    assert table["Ray: calls, (de)serialisation"] == {"driver": 1.5}
+    assert table["runner and steps"] == {"hosts": 20.0}
+    assert sum(v for row in table.values() for v in row.values()) == pytest.approx(24.0)
+
+
+def test_a_processs_threads_and_which_of_them_run_python() -> None:
+    spent = thread_cpu(os.getpid())
+    assert threading.get_native_id() in spent and all(cpu >= 0 for cpu in spent.values())
+    assert threading.get_native_id() in python_threads(Profiler.executable(), os.getpid())
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(10)
+    assert thread_cpu(gone.pid) == {}
+    assert python_threads(Profiler.executable(), gone.pid) == set()  # cannot tell: all counted as Python
 
 
 def test_a_process_py_spy_cannot_sample_is_a_clear_error() -> None:

@@ -9,7 +9,7 @@ stage's µs per chunk. Ray's own processes (the raylet, the GCS: C++) are one ro
 Ray's C++ threads inside the sampled processes (the core worker's I/O, gRPC's pollers) never
 run Python, so py-spy never samples them; spread by the Python stages' shares, their CPU (a
 quarter of the driver's) would land in the client's and the loop's rows. Their CPU is read apart,
-thread by thread from ``/proc`` over the profiled run (a thread is Python's if ``py-spy dump``
+thread by thread (``psutil``, from ``/proc``) over the profiled run (a thread is Python's if ``py-spy dump``
 lists it at the start or the end), and is a row of its own: ``Ray: its threads in our processes``.
 
 A sample counts to the innermost frame that belongs to a stage (``stage_of``): C code (uvloop,
@@ -25,7 +25,6 @@ py-spy comes with ``pip install -e '.[dev]'``; attaching to a process needs root
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -37,6 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
+
+import psutil
 
 from orchestrator.core.errors import UsageError
 
@@ -146,6 +147,7 @@ class Profiler:
         """Per kind: the share of its CPU spent in threads that never run Python (``RAY_THREADS``)."""
         self._python: dict[int, set[int]] = {}
         self._cpu: dict[int, dict[int, float]] = {}
+        self._spy = ""
 
     @staticmethod
     def executable() -> str:
@@ -164,7 +166,7 @@ class Profiler:
 
     def start(self) -> None:
         """Start one sampler per process (after noting its threads)."""
-        spy = self.executable()
+        spy = self._spy = self.executable()
         for kind, pids in self.pids.items():
             for pid in pids:
                 self._python[pid] = python_threads(spy, pid)
@@ -213,12 +215,11 @@ class Profiler:
 
     def _native_shares(self) -> dict[str, float]:
         """Per kind, the share of its threads' CPU since ``start`` that went to threads without Python."""
-        spy = self.executable()
         shares: dict[str, float] = {}
         for kind, pids in self.pids.items():
             native = every = 0.0
             for pid in pids:
-                python = self._python.get(pid, set()) | python_threads(spy, pid)
+                python = self._python.get(pid, set()) | python_threads(self._spy, pid)
                 before = self._cpu.get(pid, {})
                 for tid, cpu in thread_cpu(pid).items():
                     spent = cpu - before.get(tid, 0.0)
@@ -267,21 +268,12 @@ def python_threads(spy: str, pid: int) -> set[int]:
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds (user and system) of each live thread of ``pid``, from ``/proc``; empty when it is gone."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
+    """CPU seconds (user and system) of each live thread of ``pid`` by its native id; empty when it is gone."""
     try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue  # it ended meanwhile
-        out[int(tid)] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime (fields 14 and 15)
-    return out
+        threads = psutil.Process(pid).threads()
+    except psutil.Error:
+        return {}
+    return {thread.id: thread.user_time + thread.system_time for thread in threads}
 
 
 def format_profile(n: int, profile: Profile) -> str:

@@ -90,6 +90,11 @@ async def test_a_session_that_fails_to_reactivate_does_not_stop_the_others() -> 
     assert done == ["s-3", "s-1"]
 
 
+def _host() -> SessionHost:
+    """An in-process host (its directory's ``recover`` is the test's to replace)."""
+    return SessionHost("h", HostOptions(store="memory://", namespace="n", extra={"local": True}), InProcessCluster)
+
+
 async def test_the_supervisors_recover_takes_the_one_the_restarted_host_began() -> None:
     # A restarted host re-activates its sessions from __init__; the supervisor then calls
     # ``recover`` to learn them. That call waits for the boot's recovery: the directory is read,
@@ -103,7 +108,7 @@ async def test_the_supervisors_recover_takes_the_one_the_restarted_host_began() 
             await gate.wait()  # the boot's recovery is still running when the supervisor calls
         return ["s-1", "s-2"]
 
-    host = SessionHost("h", HostOptions(store="memory://", namespace="n", extra={"local": True}), InProcessCluster)
+    host = _host()
     host.directory.recover = recover  # type: ignore[method-assign]  # before the boot task's first step
     asked = asyncio.create_task(host.recover())
     await gate.reached(TIMEOUT)
@@ -124,7 +129,7 @@ async def test_the_supervisors_recover_runs_again_when_the_boots_failed() -> Non
             raise OSError("the store is not there yet")
         return ["s-1"]
 
-    host = SessionHost("h", HostOptions(store="memory://", namespace="n", extra={"local": True}), InProcessCluster)
+    host = _host()
     host.directory.recover = recover  # type: ignore[method-assign]
     assert await asyncio.wait_for(host.recover(), TIMEOUT) == ["s-1"]
     assert len(reads) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -25,6 +26,7 @@ _PRELOADED = textwrap.dedent(
 )
 
 
+@functools.cache  # one fresh interpreter for both tests (it imports all of Troupe: seconds)
 def _preloaded() -> dict[str, object]:
     done = subprocess.run([sys.executable, "-c", _PRELOADED], capture_output=True, text=True, timeout=120, check=True)
     found: dict[str, object] = json.loads(done.stdout)
@@ -32,7 +34,7 @@ def _preloaded() -> dict[str, object]:
 
 
 def test_a_preloaded_worker_has_looked_pydantics_plugins_up() -> None:
-    # pydantic caches its plugins in ``_loader._plugins`` the first time a model is made (tools.tool).
+    # pydantic caches its plugins in ``_loader._plugins`` the first time a model is made (actors.preload makes one).
     assert _preloaded()["plugins_looked_up"] is True
 
 

@@ -195,7 +195,7 @@ class Steps:
             signal = CancelSignal()
             task = asyncio.create_task(self._guarded_step(effect, model, instructions, plan, signal, planned))
             self.current = work = StepWork(effect.step_id, task, signal)
-            task.add_done_callback(wake(host))
+            task.add_done_callback(wake(host, lambda: self.current is work))
             return work
 
         return events, start, plan is None

@@ -202,8 +202,9 @@ class ToolCalls:
     ) -> None:
         signal = CancelSignal()
         task = asyncio.create_task(self._guarded(record, make(signal)))
-        self.running[record.id] = ToolWork(record.id, record.name, task, signal, child)
-        task.add_done_callback(wake(self.host))
+        self.running[record.id] = work = ToolWork(record.id, record.name, task, signal, child)
+        running = self.running
+        task.add_done_callback(wake(self.host, lambda: running.get(record.id) is work))
 
     async def _guarded(self, record: ToolRecord, work: Awaitable[None]) -> None:
         try:

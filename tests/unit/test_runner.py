@@ -96,6 +96,38 @@ async def test_the_add_to_cart_flow(sessions: LocalSessions) -> None:
     assert fold_events(await sessions.store.read("s-1")) == state
 
 
+async def test_a_step_or_a_call_that_ended_in_a_write_costs_no_planning_pass_of_its_own(
+    sessions: LocalSessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The write that ends a step or a tool call plans what follows it; the task's end then asks
+    # the session to plan again only when that write did not happen (a step cut off, a crash).
+    agent = Agent(
+        "shopper",
+        "Help the user shop.",
+        ScriptedModel(
+            [
+                [{"text": "Adding them now.", "chunk": 4}, {"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}}],
+                [{"text": "Done: two mugs."}],
+            ]
+        ),
+        tools=[cart_tool(Counter())],
+    )
+    runner = await sessions.open("s-1", agent)
+    await eventually(lambda: not runner._draining)  # the open's own planning pass
+    passes: list[tuple[int, int]] = []
+    commit = runner._commit_locked
+
+    async def counted(events: Sequence[Event]) -> Any:
+        applied = await commit(events)
+        passes.append((len(events), len(applied)))
+        return applied
+
+    monkeypatch.setattr(runner, "_commit_locked", counted)
+    assert await turn(runner, "u-1", "Add two mugs to the cart") == "completed"
+    await asyncio.sleep(0.05)  # the last tasks' ends, had they asked for a pass
+    assert passes and (0, 0) not in passes, passes
+
+
 async def test_wait_for_returns_the_state_that_holds_or_times_out_and_forgets_the_waiter(
     sessions: LocalSessions,
 ) -> None:

@@ -21,6 +21,7 @@ from ray import cloudpickle
 
 from actors.runtime import Runtime
 from tests.fixtures import agents
+from tests.groups import OWN_RAY, group_of
 
 from . import helpers
 
@@ -32,13 +33,21 @@ cast(Any, cloudpickle).register_pickle_by_value(helpers)
 cast(Any, cloudpickle).register_pickle_by_value(agents)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def ray_session() -> Iterator[None]:
+@pytest.fixture(scope="session")
+def shared_ray() -> Iterator[None]:
+    """The tier's one local Ray, started at the first test that uses it."""
     temp = tempfile.mkdtemp(prefix="troupe-ray-")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp, namespace="troupe-tests")
     yield
     ray.shutdown()
     shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def ray_session(request: pytest.FixtureRequest) -> None:
+    """Every test of the tier on the shared Ray, but those that start a Ray of their own (``tests/groups.py``)."""
+    if group_of(request.node.nodeid) != OWN_RAY:
+        request.getfixturevalue("shared_ray")
 
 
 ON_EVERY_STORE = pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)

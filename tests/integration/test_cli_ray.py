@@ -15,11 +15,6 @@ from tests.pg import _require_binaries
 from .cli_process import REPO, troupe
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> None:
-    """None in this process: the CLI starts a Ray of its own (replaces the tier's autouse one)."""
-
-
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     # A short working folder: the CLI puts Ray's files in ./.troupe/ray, under Unix socket limits.

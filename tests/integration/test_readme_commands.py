@@ -28,11 +28,6 @@ from .cli_process import REPO, cli_env, interruptible, troupe, wait_listening
 README = (REPO / "README.md").read_text()
 
 
-@pytest.fixture(scope="module")
-def ray_session() -> None:
-    """None in this process: the CLI starts a Ray of its own (replaces the tier's autouse one)."""
-
-
 @pytest.fixture
 def workdir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="trc-", dir="/tmp"))  # short: Ray's socket paths live under it

@@ -66,12 +66,9 @@ async def turn(runner: SessionRunner, input_id: str, text: str) -> str:
     return outcome.outcome
 
 
-# -- the seed's flow ---------------------------------------------------------------------------------
-
-
-async def test_the_add_to_cart_flow(sessions: LocalSessions) -> None:
-    counter = Counter()
-    agent = Agent(
+def shopper(counter: Counter) -> Agent:
+    """The seed's flow: a text, an ``add_to_cart`` call, then the reply's last text."""
+    return Agent(
         "shopper",
         "Help the user shop.",
         ScriptedModel(
@@ -82,6 +79,14 @@ async def test_the_add_to_cart_flow(sessions: LocalSessions) -> None:
         ),
         tools=[cart_tool(counter)],
     )
+
+
+# -- the seed's flow ---------------------------------------------------------------------------------
+
+
+async def test_the_add_to_cart_flow(sessions: LocalSessions) -> None:
+    counter = Counter()
+    agent = shopper(counter)
     runner = await sessions.open("s-1", agent)
     assert await turn(runner, "u-1", "Add two mugs to the cart") == "completed"
     state = runner.state
@@ -101,17 +106,7 @@ async def test_a_step_or_a_call_that_ended_in_a_write_costs_no_planning_pass_of_
 ) -> None:
     # The write that ends a step or a tool call plans what follows it; the task's end then asks
     # the session to plan again only when that write did not happen (a step cut off, a crash).
-    agent = Agent(
-        "shopper",
-        "Help the user shop.",
-        ScriptedModel(
-            [
-                [{"text": "Adding them now.", "chunk": 4}, {"tool": "add_to_cart", "input": {"slug": "mug", "qty": 2}}],
-                [{"text": "Done: two mugs."}],
-            ]
-        ),
-        tools=[cart_tool(Counter())],
-    )
+    agent = shopper(Counter())
     runner = await sessions.open("s-1", agent)
     await eventually(lambda: not runner._draining)  # the open's own planning pass
     passes: list[tuple[int, int]] = []

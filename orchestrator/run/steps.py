@@ -109,12 +109,17 @@ class Steps:
         step(self.host.log.state)
 
     def abandon(self, steps: Sequence[StepWork]) -> None:
-        """Cancel steps started with a write that failed (their start never became durable)."""
+        """Cancel steps started with a write that failed (their start never became durable).
+
+        Each still asks its session to plan again when its task ends: the write that failed
+        planned what followed it, and nothing of that plan is in the log.
+        """
         for work in steps:
             if self.current is work:
                 self.current = None
             work.signal.cancel("abandoned")
             work.task.cancel()
+            work.task.add_done_callback(wake(self.host, lambda: True))
 
     def reconcile(self, state: AIState) -> None:
         """Cancel the running step if ``state`` no longer runs it (a stop ended it); write nothing."""

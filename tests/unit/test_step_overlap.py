@@ -16,7 +16,7 @@ from orchestrator.run.agent import Agent
 from orchestrator.run.runner import SessionRunner
 from orchestrator.store import open_store
 from orchestrator.store.base import AppendResult, EventStore
-from orchestrator.testing import Gate
+from orchestrator.testing import Gate, eventually
 
 TIMEOUT = 10
 
@@ -104,4 +104,30 @@ async def test_a_step_whose_start_could_not_be_written_is_cancelled_and_leaves_n
     await runner.push([])
     assert runner._steps.current is None
     assert await store.inner.read("s") == []  # neither the input nor any part of the step
+    await runner.close()
+
+
+async def test_an_abandoned_step_asks_its_session_to_plan_again_when_it_ends() -> None:
+    # The failed write planned the step; with nothing of that plan in the log, the session plans
+    # anew (a planning pass whose write failed is retried this way).
+    store, model = GatedStore(), WatchedModel()
+    store.fail = True
+    runner = await open_runner(store, model)
+    kicks: list[bool] = []
+    kick = runner._kick
+
+    def counted() -> None:
+        kicks.append(True)
+        kick()
+
+    runner._kick = counted  # type: ignore[method-assign]
+    submitted = asyncio.ensure_future(runner.submit(SendInput("u-1", "hi")))
+    await asyncio.wait_for(model.started.wait(), TIMEOUT)
+    assert not kicks
+    store.gate.open()
+    try:
+        await asyncio.wait_for(submitted, TIMEOUT)
+    except StoreError:
+        pass
+    await eventually(lambda: kicks, TIMEOUT)
     await runner.close()

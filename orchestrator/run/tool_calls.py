@@ -203,8 +203,7 @@ class ToolCalls:
         signal = CancelSignal()
         task = asyncio.create_task(self._guarded(record, make(signal)))
         self.running[record.id] = work = ToolWork(record.id, record.name, task, signal, child)
-        running = self.running
-        task.add_done_callback(wake(self.host, lambda: running.get(record.id) is work))
+        task.add_done_callback(wake(self.host, lambda: self.running.get(record.id) is work))
 
     async def _guarded(self, record: ToolRecord, work: Awaitable[None]) -> None:
         try:

@@ -3,7 +3,8 @@
 Only when the session has not seen the work end: the write that ends a step or a call (its finish,
 its result) plans what follows it, and the session then forgets the work (``reconcile``). A task
 that ends without such a write (a step cut off, a crash, a write that failed) is still the
-session's when it ends, and asks for a planning pass. (Asking every time cost a pass that found
+session's when it ends, and asks for a planning pass; so does a step the session let go because
+the write that started it failed (``Steps.abandon``). (Asking every time cost a pass that found
 nothing, ~6 a shop turn.)
 
 The step and tool-call collaborators reach their runner through a weak proxy (so a closed session

@@ -121,6 +121,11 @@ def test_troupe_bench_actors(workdir: Path) -> None:
     # The median of three warm runs; the first stream on fresh hosts (5,000 parts: at most --parts) apart.
     assert len(nested["runs_parts_per_s"]) == 3 and nested["parts_per_s"] == sorted(nested["runs_parts_per_s"])[1]
     assert nested["cold_parts"] == 5000 and nested["cold_parts_per_s"] > 0 and "cold" in done.stdout
+    # The streams start after the supervisor's first spare worker (asked for at its start) has
+    # booted, and each run says what the processes other than the hosts took meanwhile.
+    assert nested["spares_before"] >= 1, nested
+    assert len(nested["runs_others_cpu_s"]) == 3 and all(s >= 0 for s in nested["runs_others_cpu_s"])
+    assert "the other processes (driver, supervisor, Ray's own) took" in done.stdout
     assert figures["first_nested_part"]["pooled"]["trials"] == 2
     assert figures["first_nested_part"]["streaming"]["trials"] == 2  # a child still streaming after its first text
     assert "pooled, streaming child" in done.stdout

@@ -11,8 +11,8 @@ Three figures, each end to end on a local Ray with a SQLite store:
   first one (``WARMUP_PARTS`` parts on fresh hosts: the agent loaded, the hosts' first calls to
   each other, code run for the first time) is reported apart as ``cold``. The streams start once
   the spare worker the supervisor asks for at its start has booted (``_settled``): booting, it
-  took 1.3-1.9 CPU-seconds of a 2-vCPU VM during the first measured run (105,000-150,000
-  parts/s, against 200,000-260,000 for the two after it). Each run reports the CPU the other
+  took 1.3-1.7 CPU-seconds of a 2-vCPU VM during the first measured run (105,000-150,000
+  parts/s, against 180,000-275,000 for the runs after it). Each run reports the CPU the other
   processes took meanwhile (all but the two hosts: the driver, the supervisor, Ray's own).
 - **First nested part.** From the parent's delegate call starting (its ``ai.tool.started``) to
   the parent committing the first part the child's model streamed: the child's activation on

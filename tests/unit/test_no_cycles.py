@@ -117,11 +117,16 @@ async def _follow_then_drop(session: Session) -> None:
     """An HTTP server's view of ``session`` through a turn, dropped when idle, then one dropped at close."""
     views = Views(idle=0.05)
     followed = await views.follow(session)
+    # A stream reads the view through the turn, as an SSE client would: a followed view nobody
+    # streams from or waits on is dropped after ``idle``, and on a busy machine the turn took
+    # longer than that (the view closed, and ``reach`` waited out its timeout).
+    feed = followed.attach()
     turn = await session.prompt(PROMPTS[0])
     result = await asyncio.wait_for(turn.finished, TIMEOUT)
     assert result.success, result
     assert await followed.reach(result.index, TIMEOUT)
-    del followed
+    followed.detach(feed)
+    del followed, feed
     await eventually(lambda: not views.followed, TIMEOUT)  # the sweeper dropped the idle view
     await views.follow(session)
     await views.close()  # and the server closing drops the rest
